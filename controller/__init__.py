@@ -1,0 +1,1 @@
+"""The cluster daemon: allocates claims of gated pods with placement scoring."""

@@ -1,0 +1,96 @@
+"""The contract every GPU backend fulfils.
+
+Prepare and the ResourceSlice builder are written against this protocol only, so the fake backend
+can stand in for NVML everywhere a GPU is missing. The MIG primitives mirror NVML one to one
+(GPU instance and compute instance are separate objects with separate lifetimes) because crash
+recovery has to be able to find and destroy a half-created device.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from dra_driver.inventory.model import GpuInstance, Inventory, MigDevice, MigPlacement
+
+
+class TimeSliceInterval(enum.Enum):
+    """Values `nvidia-smi compute-policy --set-timeslice` accepts (0 restores the default)."""
+
+    DEFAULT = 0
+    SHORT = 1
+    MEDIUM = 2
+    LONG = 3
+
+    @classmethod
+    def from_config(cls, name: str) -> TimeSliceInterval:
+        """Map the config API's spelling (`Default`, `Short`, `Medium`, `Long`)."""
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(
+                f"unknown time-slice interval {name!r}: expected Default, Short, Medium or Long"
+            ) from None
+
+
+class DeviceHealth(enum.Enum):
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """A health change of one GPU, e.g. an XID error that makes it unusable."""
+
+    minor: int
+    health: DeviceHealth
+    reason: str
+    xid: int | None = None
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What the driver needs from a GPU library. Methods are synchronous and may block briefly;
+    daemons call them from a worker thread."""
+
+    @property
+    def node_name(self) -> str: ...
+
+    def inventory(self) -> Inventory:
+        """Snapshot of every GPU and every live MIG device."""
+        ...
+
+    def possible_placements(self, minor: int, profile: str) -> tuple[MigPlacement, ...]:
+        """Every placement the profile can ever take on this GPU (not only the free ones)."""
+        ...
+
+    def create_gpu_instance(self, minor: int, profile: str, placement: MigPlacement) -> int:
+        """Create a GPU instance at exactly `placement`; return its GI id."""
+        ...
+
+    def create_compute_instance(self, minor: int, gi_id: int) -> int:
+        """Create the full-size compute instance inside a GPU instance; return its CI id."""
+        ...
+
+    def destroy_compute_instance(self, minor: int, gi_id: int, ci_id: int) -> None: ...
+
+    def destroy_gpu_instance(self, minor: int, gi_id: int) -> None:
+        """Fails with InUseError while the GPU instance still has compute instances."""
+        ...
+
+    def gpu_instances(self, minor: int) -> tuple[GpuInstance, ...]:
+        """Every live GPU instance of one GPU, including ones without a compute instance."""
+        ...
+
+    def mig_devices(self, minor: int) -> tuple[MigDevice, ...]:
+        """Live MIG devices of one GPU (GPU instances that have a compute instance)."""
+        ...
+
+    def set_timeslice(self, minor: int, interval: TimeSliceInterval) -> None: ...
+
+    def health_events(self) -> tuple[HealthEvent, ...]:
+        """Health changes since the last call (drained on read)."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The `dra-driver` umbrella command line."""

@@ -1,0 +1,50 @@
+"""`dra-driver`: one command with subcommands.
+
+Subcommands come from the `dra_driver.commands` entry-point group, so the controller package can
+add its offline tools (simulate, explain) without the shared core importing the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+
+from dra_driver import __version__
+from dra_driver.cli import devices
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+BUILTIN: dict[str, Register] = {"devices": devices.register}
+
+
+def _registered() -> dict[str, Register]:
+    commands = dict(BUILTIN)
+    for entry in entry_points(group="dra_driver.commands"):
+        if entry.name not in commands:
+            commands[entry.name] = entry.load()
+    return commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-driver",
+        description="GPU DRA driver tools: inspect what a node publishes, and more.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for _name, register in sorted(_registered().items()):
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The node daemon: registers with kubelet, publishes ResourceSlices, prepares devices."""
