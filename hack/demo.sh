@@ -12,16 +12,19 @@ echo "==> ResourceSlices a node with fake GPUs ($spec) would publish:"
 dra-driver devices --fake "$spec" --node-name demo-node --output yaml
 echo
 echo "==> Summary (devices per slice):"
-dra-driver devices --fake "$spec" --node-name demo-node --output json | python -c '
-import json, sys
-for s in json.load(sys.stdin):
-    spec = s["spec"]
+dra-driver devices --fake "$spec" --node-name demo-node --output json >"$ROOT/.venv/demo-slices.json"
+python - "$ROOT/.venv/demo-slices.json" <<'PY'
+import json
+import sys
+from collections import Counter
+
+for item in json.load(open(sys.argv[1])):
+    name, spec = item["metadata"]["name"], item["spec"]
     if spec.get("sharedCounters"):
-        print(f"  {s[\"metadata\"][\"name\"]}: counter sets {[c[\"name\"] for c in spec[\"sharedCounters\"]]}")
+        sets = [c["name"] for c in spec["sharedCounters"]]
+        print(f"  {name}: counter sets {', '.join(sets)}")
     else:
-        kinds = {}
-        for d in spec["devices"]:
-            t = d["attributes"]["type"]["string"]
-            kinds[t] = kinds.get(t, 0) + 1
-        print(f"  {s[\"metadata\"][\"name\"]}: {len(spec[\"devices\"])} devices {kinds}")
-'
+        kinds = Counter(d["attributes"]["type"]["string"] for d in spec["devices"])
+        listed = ", ".join(f"{n} {k}" for k, n in kinds.items())
+        print(f"  {name}: {len(spec['devices'])} devices ({listed})")
+PY

@@ -33,16 +33,7 @@ from dra_driver.backends.errors import (
     NotSupportedError,
     NvmlUnavailableError,
 )
-from dra_driver.backends.fake_errors import (
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_IN_USE,
-    NVML_ERROR_INSUFFICIENT_RESOURCES,
-    NVML_ERROR_NOT_FOUND,
-    NVML_ERROR_NOT_SUPPORTED,
-    NVML_ERROR_UNINITIALIZED,
-    check_fault_name,
-    fault_error,
-)
+from dra_driver.backends.fake_errors import check_fault_name, fault_error
 from dra_driver.backends.fake_mig import LiveInstance, check_admission
 from dra_driver.backends.fake_spec import FakeGpuSpec, parse_spec
 from dra_driver.backends.fake_state import (
@@ -58,6 +49,7 @@ from dra_driver.backends.fake_state import (
     read_boot_id,
 )
 from dra_driver.backends.fake_topology import build_gpus, mig_uuid
+from dra_driver.backends.nvml_errors import NvmlReturn
 from dra_driver.inventory.model import (
     GpuInfo,
     GpuInstance,
@@ -227,7 +219,7 @@ class FakeBackend:
                         operation,
                         f"GPU instance {gi_id} already has its full-size compute instance "
                         f"{instance.compute_instances[0].ci_id}",
-                        code=NVML_ERROR_INSUFFICIENT_RESOURCES,
+                        code=int(NvmlReturn.INSUFFICIENT_RESOURCES),
                     )
                 record.creations += 1
                 instance.compute_instances.append(
@@ -252,14 +244,14 @@ class FakeBackend:
                     _label(gpu),
                     operation,
                     f"GPU instance {gi_id} has no compute instance {ci_id}",
-                    code=NVML_ERROR_NOT_FOUND,
+                    code=int(NvmlReturn.NOT_FOUND),
                 )
             if instance.busy:
                 raise InUseError(
                     _label(gpu),
                     operation,
                     f"processes are running on compute instance {ci_id} of GPU instance {gi_id}",
-                    code=NVML_ERROR_IN_USE,
+                    code=int(NvmlReturn.IN_USE),
                 )
             instance.compute_instances = remaining
 
@@ -276,7 +268,7 @@ class FakeBackend:
                     _label(gpu),
                     operation,
                     f"GPU instance {gi_id} still has compute instance(s) {ci_ids}",
-                    code=NVML_ERROR_IN_USE,
+                    code=int(NvmlReturn.IN_USE),
                 )
             record.instances.remove(instance)
 
@@ -404,7 +396,7 @@ class FakeBackend:
                 f"node {self._node_name}",
                 operation,
                 "the fake backend has been closed",
-                code=NVML_ERROR_UNINITIALIZED,
+                code=int(NvmlReturn.UNINITIALIZED),
             )
 
     def _gpu(self, minor: int, operation: str) -> GpuInfo:
@@ -416,7 +408,7 @@ class FakeBackend:
                 operation,
                 f"node {self._node_name} has no GPU with minor {minor} "
                 + (f"(minors are 0-{len(self._gpus) - 1})" if self._gpus else "(it has no GPUs)"),
-                code=NVML_ERROR_NOT_FOUND,
+                code=int(NvmlReturn.NOT_FOUND),
             )
         return gpu
 
@@ -437,7 +429,7 @@ class FakeBackend:
             detail = "MIG mode is disabled"
         else:
             return
-        raise NotSupportedError(_label(gpu), operation, detail, code=NVML_ERROR_NOT_SUPPORTED)
+        raise NotSupportedError(_label(gpu), operation, detail, code=int(NvmlReturn.NOT_SUPPORTED))
 
     def _check_healthy(self, gpu: GpuInfo, record: GpuRecord, operation: str) -> None:
         if record.unhealthy is not None:
@@ -445,7 +437,7 @@ class FakeBackend:
                 _label(gpu),
                 operation,
                 f"GPU is lost (XID {record.unhealthy.xid}: {record.unhealthy.reason})",
-                code=NVML_ERROR_GPU_IS_LOST,
+                code=int(NvmlReturn.GPU_IS_LOST),
             )
 
     def _profile(self, gpu: GpuInfo, name: str, operation: str) -> MigProfile:
@@ -458,7 +450,7 @@ class FakeBackend:
                 _label(gpu),
                 operation,
                 f"{gpu.product_name} has no MIG profile {name!r} (it has: {known})",
-                code=NVML_ERROR_NOT_SUPPORTED,
+                code=int(NvmlReturn.NOT_SUPPORTED),
             )
         return mig_profile
 
@@ -469,7 +461,7 @@ class FakeBackend:
             if instance.gi_id == gi_id:
                 return instance
         raise NotFoundError(
-            _label(gpu), operation, f"no GPU instance {gi_id}", code=NVML_ERROR_NOT_FOUND
+            _label(gpu), operation, f"no GPU instance {gi_id}", code=int(NvmlReturn.NOT_FOUND)
         )
 
     def _live(self, gpu: GpuInfo, record: GpuRecord) -> list[LiveInstance]:

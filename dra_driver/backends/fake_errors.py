@@ -6,41 +6,22 @@ code the real NVML call would have returned so such code is exercised the same w
 
 from __future__ import annotations
 
-from dra_driver.backends.errors import (
-    BackendError,
-    GpuLostError,
-    InsufficientResourcesError,
-    InUseError,
-    InvalidArgumentError,
-    NotFoundError,
-    NotSupportedError,
-    NvmlUnavailableError,
-    PermissionDeniedError,
-    UnknownBackendError,
-)
-
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_IN_USE = 19
-NVML_ERROR_INSUFFICIENT_RESOURCES = 23
-NVML_ERROR_UNKNOWN = 999
+from dra_driver.backends.errors import BackendError
+from dra_driver.backends.nvml_errors import NvmlReturn, error_type
 
 # Names accepted by `FakeBackend.fail_next_creates`, spelled like the NVML_ERROR_* suffixes in
-# CamelCase so a test reads like the failure it simulates.
-FAULT_ERRORS: dict[str, tuple[type[BackendError], int]] = {
-    "InsufficientResources": (InsufficientResourcesError, NVML_ERROR_INSUFFICIENT_RESOURCES),
-    "InUse": (InUseError, NVML_ERROR_IN_USE),
-    "InvalidArgument": (InvalidArgumentError, NVML_ERROR_INVALID_ARGUMENT),
-    "NotFound": (NotFoundError, NVML_ERROR_NOT_FOUND),
-    "NotSupported": (NotSupportedError, NVML_ERROR_NOT_SUPPORTED),
-    "NoPermission": (PermissionDeniedError, NVML_ERROR_NO_PERMISSION),
-    "GpuIsLost": (GpuLostError, NVML_ERROR_GPU_IS_LOST),
-    "Uninitialized": (NvmlUnavailableError, NVML_ERROR_UNINITIALIZED),
-    "Unknown": (UnknownBackendError, NVML_ERROR_UNKNOWN),
+# CamelCase so a test reads like the failure it simulates. The error type comes from the same
+# code table the NVML backend uses, so an injected fault is exactly what real NVML would raise.
+FAULT_ERRORS: dict[str, NvmlReturn] = {
+    "InsufficientResources": NvmlReturn.INSUFFICIENT_RESOURCES,
+    "InUse": NvmlReturn.IN_USE,
+    "InvalidArgument": NvmlReturn.INVALID_ARGUMENT,
+    "NotFound": NvmlReturn.NOT_FOUND,
+    "NotSupported": NvmlReturn.NOT_SUPPORTED,
+    "NoPermission": NvmlReturn.NO_PERMISSION,
+    "GpuIsLost": NvmlReturn.GPU_IS_LOST,
+    "Uninitialized": NvmlReturn.UNINITIALIZED,
+    "Unknown": NvmlReturn.UNKNOWN,
 }
 
 
@@ -54,5 +35,6 @@ def check_fault_name(name: str) -> None:
 
 def fault_error(name: str, gpu: str, operation: str) -> BackendError:
     check_fault_name(name)
-    error_type, code = FAULT_ERRORS[name]
-    return error_type(gpu, operation, f"injected fault {name} (NVML code {code})", code=code)
+    code = FAULT_ERRORS[name]
+    detail = f"injected fault {name} (NVML code {int(code)})"
+    return error_type(code)(gpu, operation, detail, code=int(code))

@@ -14,10 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from dra_driver.backends.errors import InsufficientResourcesError, InvalidArgumentError
-from dra_driver.backends.fake_errors import (
-    NVML_ERROR_INSUFFICIENT_RESOURCES,
-    NVML_ERROR_INVALID_ARGUMENT,
-)
+from dra_driver.backends.nvml_errors import NvmlReturn
 from dra_driver.inventory.model import GpuInfo, MigPlacement, MigProfile
 
 
@@ -90,7 +87,7 @@ def check_admission(
             operation,
             f"profile {profile.name} has no placement {placement.start}:{placement.size} "
             f"(offered: {offered})",
-            code=NVML_ERROR_INVALID_ARGUMENT,
+            code=int(NvmlReturn.INVALID_ARGUMENT),
         )
     instances = list(live)
     for other in instances:
@@ -100,7 +97,7 @@ def check_admission(
                 operation,
                 f"placement overlaps GPU instance {other.gi_id} ({other.profile.name} at "
                 f"{other.placement.start}:{other.placement.size})",
-                code=NVML_ERROR_INSUFFICIENT_RESOURCES,
+                code=int(NvmlReturn.INSUFFICIENT_RESOURCES),
             )
     same_profile = sum(1 for other in instances if other.profile.name == profile.name)
     if same_profile >= profile.instance_count:
@@ -109,7 +106,7 @@ def check_admission(
             operation,
             f"profile {profile.name} allows {profile.instance_count} instance(s) and "
             f"{same_profile} exist",
-            code=NVML_ERROR_INSUFFICIENT_RESOURCES,
+            code=int(NvmlReturn.INSUFFICIENT_RESOURCES),
         )
     used = Engines()
     for other in instances:
@@ -120,5 +117,5 @@ def check_admission(
             label,
             operation,
             f"not enough {', '.join(short)} left for profile {profile.name}",
-            code=NVML_ERROR_INSUFFICIENT_RESOURCES,
+            code=int(NvmlReturn.INSUFFICIENT_RESOURCES),
         )

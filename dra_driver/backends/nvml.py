@@ -17,7 +17,12 @@ from typing import Any, TypeVar
 
 from dra_driver.backends import nvml_mig
 from dra_driver.backends.base import HealthEvent, TimeSliceInterval
-from dra_driver.backends.errors import NotFoundError, NotSupportedError, NvmlUnavailableError
+from dra_driver.backends.errors import (
+    NotFoundError,
+    NotSupportedError,
+    NvmlUnavailableError,
+    UnknownBackendError,
+)
 from dra_driver.backends.nvml_adapter import DeviceHandle, FabricInfo, NvmlAdapter
 from dra_driver.backends.nvml_errors import NvmlCallError, NvmlReturn, nvml_errors
 from dra_driver.backends.nvml_health import XidWatcher
@@ -215,8 +220,13 @@ class NvmlBackend:
         return multiprocessors_from_cores(cores, capability)
 
     def _topology(self, gpu: _Gpu) -> _Topology:
-        with nvml_errors(gpu.label, "read PCI and NVLink topology"):
-            bus_id = normalize_bus_id(self._nvml.pci_bus_id(gpu.handle))
+        operation = "read PCI and NVLink topology"
+        with nvml_errors(gpu.label, operation):
+            raw_bus_id = self._nvml.pci_bus_id(gpu.handle)
+            try:
+                bus_id = normalize_bus_id(raw_bus_id)
+            except ValueError as exc:
+                raise UnknownBackendError(gpu.label, operation, str(exc)) from exc
             fabric = self._fabric(gpu.handle)
             if fabric is not None and fabric.completed:
                 domain = fabric_domain(fabric.cluster_uuid, fabric.clique_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,13 @@ def run(args: argparse.Namespace) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"dra-driver devices: {message}", file=sys.stderr)
         return 2
-    sys.stdout.write(_render(slices, args.output))
+    try:
+        sys.stdout.write(_render(slices, args.output))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): not an error worth a traceback. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

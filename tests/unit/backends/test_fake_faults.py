@@ -13,7 +13,10 @@ from dra_driver.backends.errors import (
     GpuLostError,
     InsufficientResourcesError,
     InUseError,
+    InvalidArgumentError,
     NotFoundError,
+    NotSupportedError,
+    NvmlUnavailableError,
     PermissionDeniedError,
     UnknownBackendError,
 )
@@ -134,10 +137,28 @@ def test_injected_fault_wins_over_real_errors(make_backend: MakeBackend) -> None
         backend.create_gpu_instance(0, "1g.10gb", SLICE0)
 
 
-@pytest.mark.parametrize("name", sorted(FAULT_ERRORS))
+# What real NVML returns for each injectable failure, and the error type callers branch on.
+EXPECTED_FAULTS: dict[str, tuple[type[BackendError], int]] = {
+    "InsufficientResources": (InsufficientResourcesError, 23),
+    "InUse": (InUseError, 19),
+    "InvalidArgument": (InvalidArgumentError, 2),
+    "NotFound": (NotFoundError, 6),
+    "NotSupported": (NotSupportedError, 3),
+    "NoPermission": (PermissionDeniedError, 4),
+    "GpuIsLost": (GpuLostError, 15),
+    "Uninitialized": (NvmlUnavailableError, 1),
+    "Unknown": (UnknownBackendError, 999),
+}
+
+
+def test_every_fault_name_is_covered() -> None:
+    assert set(FAULT_ERRORS) == set(EXPECTED_FAULTS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FAULTS))
 def test_each_fault_name_raises_its_type_and_code(make_backend: MakeBackend, name: str) -> None:
     backend = make_backend(SPEC)
-    error_type, code = FAULT_ERRORS[name]
+    error_type, code = EXPECTED_FAULTS[name]
     backend.fail_next_creates(0, error=name)
     with pytest.raises(BackendError) as caught:
         backend.create_gpu_instance(0, "1g.10gb", SLICE0)

@@ -86,6 +86,13 @@ def test_sm_count_prefers_device_attributes(tmp_path: Path) -> None:
     assert backend.inventory().gpu(1).multiprocessors == 140
 
 
+def test_sm_count_from_cores_when_attributes_call_the_handle_invalid(tmp_path: Path) -> None:
+    machine = StandInNvml()
+    machine.fail("nvmlDeviceGetAttributes", pynvml.NVML_ERROR_INVALID_ARGUMENT, times=3)
+    _, backend = build_backend(tmp_path, machine)
+    assert [g.multiprocessors for g in backend.inventory().gpus] == [132, 142, 132]
+
+
 def test_sm_count_is_zero_when_nvml_cannot_tell(tmp_path: Path) -> None:
     machine = StandInNvml()
     machine.gpu(1).cores = None
