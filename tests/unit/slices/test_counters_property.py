@@ -102,7 +102,10 @@ def choose(devices: list[dict], order: list[int], greedy: bool, slices: list[dic
     for device in picks:
         if fits_counters(slices, [*chosen, device]):
             chosen.append(device)
-    return chosen + picks[:1] if order[1] % 3 == 0 else chosen
+    if order[1] % 3 == 0:
+        # One more device that was left out, so greedy packings also probe 'does not fit'.
+        chosen += [d for d in picks if d not in chosen][:1]
+    return chosen
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
