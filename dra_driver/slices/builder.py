@@ -72,6 +72,22 @@ class SliceSettings:
     # scheduler.
     taints: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.timeslice_shares < 0:
+            raise ValueError(f"timeslice_shares must be 0 or more, got {self.timeslice_shares}")
+        if self.generation < 0:
+            raise ValueError(f"generation must be 0 or more, got {self.generation}")
+        policy = self.fractional
+        if not 1 <= policy.compute_default <= 100:
+            raise ValueError(
+                f"fractional.compute_default must be 1..100 (percent), got {policy.compute_default}"
+            )
+        if policy.memory_step <= 0 or policy.memory_default < policy.memory_step:
+            raise ValueError(
+                "fractional.memory_default must be at least fractional.memory_step, and the step "
+                f"positive (got default {policy.memory_default}, step {policy.memory_step})"
+            )
+
     @property
     def counter_value(self) -> int:
         """R: the value of each memory-slice counter."""
@@ -88,8 +104,13 @@ def _device(
     attrs: attributes.Attributes,
     capacity: attributes.Capacities,
     consumes: tuple[str, Mapping[str, int]] | None,
+    *,
+    multi: bool = False,
 ) -> Device:
     device: Device = {"name": name, "attributes": attrs}
+    if multi:
+        # Many claims share this one device, each consuming part of its capacity.
+        device["allowMultipleAllocations"] = True
     if capacity:
         device["capacity"] = capacity
     if consumes is not None:
@@ -159,11 +180,13 @@ def _gpu_devices(
         attrs: attributes.Attributes,
         capacity: attributes.Capacities,
         consumption: Mapping[str, int] | None,
+        *,
+        multi: bool = False,
     ) -> None:
         if consumption is not None and not counters.fits_alone(consumption):
             return
         consumes = (counters.name, consumption) if consumption is not None else None
-        ordered.append((order, _device(name, attrs, capacity, consumes)))
+        ordered.append((order, _device(name, attrs, capacity, consumes, multi=multi)))
 
     if Shape.TIMESLICE in settings.shapes:
         for k in range(settings.timeslice_shares):
@@ -174,17 +197,16 @@ def _gpu_devices(
                 {"memory": attributes.quantity(gpu.memory_bytes)},
                 counters.timeslice(),
             )
-    if Shape.SHARED in settings.shapes:
+    # A GPU smaller than one memory step cannot offer a valid memory request policy.
+    if Shape.SHARED in settings.shapes and gpu.memory_bytes >= settings.fractional.memory_step:
         add(
             (1,),
             names.fractional_share(gpu.minor),
             attributes.fractional_attributes(gpu),
             _fractional_capacity(gpu, settings.fractional),
             counters.fractional(),
+            multi=True,
         )
-        if ordered and ordered[-1][1]["name"] == names.fractional_share(gpu.minor):
-            # Many claims share this one device, each consuming part of its capacity.
-            ordered[-1][1]["allowMultipleAllocations"] = True
     if Shape.MIG in settings.shapes and gpu.mig_enabled:
         for profile in gpu.mig_profiles:
             for placement in profile.placements:
@@ -215,7 +237,7 @@ def _gpu_devices(
 
 def _fractional_capacity(gpu: GpuInfo, policy: FractionalPolicy) -> attributes.Capacities:
     step = policy.memory_step
-    top = step + (gpu.memory_bytes - step) // step * step if gpu.memory_bytes >= step else 0
+    top = step + (gpu.memory_bytes - step) // step * step
     default = min(policy.memory_default, top)
     default -= (default - step) % step
     return {

@@ -285,3 +285,27 @@ def test_versions_become_semver(text, expected):
 def test_non_numeric_versions_are_refused_with_the_attribute_named(text):
     with pytest.raises(ValueError, match="driverVersion"):
         to_semver(text, "driverVersion")
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"timeslice_shares": -1}, "timeslice_shares"),
+        ({"generation": -2}, "generation"),
+    ],
+)
+def test_bad_settings_name_the_field(settings, field):
+    from dra_driver.slices import SliceSettings
+
+    with pytest.raises(ValueError, match=field):
+        SliceSettings(**settings)
+
+
+def test_bad_fractional_policy_names_the_field():
+    from dra_driver.slices import SliceSettings
+    from dra_driver.slices.builder import FractionalPolicy
+
+    with pytest.raises(ValueError, match=r"fractional\.compute_default"):
+        SliceSettings(fractional=FractionalPolicy(compute_default=0))
+    with pytest.raises(ValueError, match=r"fractional\.memory_default"):
+        SliceSettings(fractional=FractionalPolicy(memory_default=1, memory_step=256))
