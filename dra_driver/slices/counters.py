@@ -65,6 +65,8 @@ class GpuCounters:
 
     gpu: GpuInfo
     shares: int
+    # Capacity counters of the whole GPU (`gpu_totals`), worked out once per GPU.
+    totals: Mapping[str, int]
     available: Mapping[str, int]
 
     @property
@@ -76,13 +78,13 @@ class GpuCounters:
 
     def whole_gpu(self) -> dict[str, int]:
         consumed = self._slices(range(memory_slice_count(self.gpu)), self.shares)
-        consumed.update(gpu_totals(self.gpu))
+        consumed.update(self.totals)
         return consumed
 
     def mig(self, profile: MigProfile, start: int, size: int) -> dict[str, int]:
         consumed = self._slices(range(start, start + size), self.shares)
-        totals = gpu_totals(self.gpu)
-        consumed.update({k: v for k, v in profile_usage(profile).items() if v > 0 and k in totals})
+        usage = profile_usage(profile).items()
+        consumed.update({k: v for k, v in usage if v > 0 and k in self.totals})
         return consumed
 
     def timeslice(self) -> dict[str, int]:
@@ -102,12 +104,13 @@ def gpu_counters(
     static_usage: Iterable[tuple[MigProfile, int, int]] = (),
 ) -> GpuCounters:
     """Counter totals for `gpu`, less what pre-existing MIG instances physically hold."""
+    totals = gpu_totals(gpu)
     available = {names.memory_slice_counter(i): shares for i in range(memory_slice_count(gpu))}
-    available.update(gpu_totals(gpu))
+    available.update(totals)
     for profile, start, size in static_usage:
         for i in range(start, start + size):
             available[names.memory_slice_counter(i)] = 0
         for key, used in profile_usage(profile).items():
             if key in available:
                 available[key] = max(0, available[key] - used)
-    return GpuCounters(gpu=gpu, shares=shares, available=available)
+    return GpuCounters(gpu=gpu, shares=shares, totals=totals, available=available)

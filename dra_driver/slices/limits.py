@@ -97,12 +97,11 @@ class _Checker:
             return None
 
     def check_slice(self, item: Mapping[str, Any]) -> None:
-        metadata = item.get("metadata") or {}
-        self.slice = str(metadata.get("name", "<unnamed>"))
+        self.slice = _name(item)
         self.dns_subdomain("metadata.name", self.slice, "name")
-        spec = item.get("spec") or {}
+        spec = _spec(item)
         self.dns_subdomain("spec.driver", str(spec.get("driver", "")), "driver", MAX_DOMAIN_LENGTH)
-        pool = spec.get("pool") or {}
+        pool = _pool(item)
         if int(pool.get("resourceSliceCount", 0)) <= 0:
             self.fail("spec.pool.resourceSliceCount", "must be greater than zero")
         if int(pool.get("generation", -1)) < 0:
@@ -274,20 +273,20 @@ class _Checker:
     def check_pools(self, slices: Sequence[Mapping[str, Any]]) -> None:
         pools: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
         for item in slices:
-            spec = item.get("spec") or {}
-            pools[(str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))].append(item)
+            spec = _spec(item)
+            pools[(str(spec.get("driver")), str(_pool(item).get("name")))].append(item)
         for (driver, pool), members in pools.items():
-            self.slice = str((members[0].get("metadata") or {}).get("name"))
+            self.slice = _name(members[0])
             where = f"pool {driver}/{pool}"
-            generations = {int(m["spec"]["pool"].get("generation", 0)) for m in members}
+            generations = {int(_pool(m).get("generation", 0)) for m in members}
             if len(generations) > 1:
                 self.fail(
                     "spec.pool.generation", f"{where}: slices disagree ({sorted(generations)})"
                 )
             for m in members:
-                count = int(m["spec"]["pool"].get("resourceSliceCount", 0))
+                count = int(_pool(m).get("resourceSliceCount", 0))
                 if count != len(members):
-                    self.slice = str(m["metadata"]["name"])
+                    self.slice = _name(m)
                     self.fail(
                         "spec.pool.resourceSliceCount",
                         f"{where}: says {count} but the pool has {len(members)} slices",
@@ -298,18 +297,20 @@ class _Checker:
         counter_sets: dict[str, set[str]] = {}
         devices: set[str] = set()
         for m in members:
-            self.slice = str(m["metadata"]["name"])
-            for cs in m["spec"].get("sharedCounters") or []:
-                if cs["name"] in counter_sets:
-                    self.fail("spec.sharedCounters", f"{where}: counter set {cs['name']!r} twice")
-                counter_sets[cs["name"]] = set(cs.get("counters") or {})
-            for d in m["spec"].get("devices") or []:
-                if d["name"] in devices:
-                    self.fail("spec.devices", f"{where}: device {d['name']!r} in two slices")
-                devices.add(d["name"])
+            self.slice = _name(m)
+            for cs in _spec(m).get("sharedCounters") or []:
+                name = str(cs.get("name", ""))
+                if name in counter_sets:
+                    self.fail("spec.sharedCounters", f"{where}: counter set {name!r} twice")
+                counter_sets[name] = set(cs.get("counters") or {})
+            for d in _spec(m).get("devices") or []:
+                name = str(d.get("name", ""))
+                if name in devices:
+                    self.fail("spec.devices", f"{where}: device {name!r} in two slices")
+                devices.add(name)
         for m in members:
-            self.slice = str(m["metadata"]["name"])
-            for i, d in enumerate(m["spec"].get("devices") or []):
+            self.slice = _name(m)
+            for i, d in enumerate(_spec(m).get("devices") or []):
                 for c in d.get("consumesCounters") or []:
                     known = counter_sets.get(c.get("counterSet"))
                     path = f"spec.devices[{i}].consumesCounters"
@@ -327,6 +328,18 @@ class _Checker:
                             f"{where}: counters {missing} are not in counter set "
                             f"{c.get('counterSet')!r}",
                         )
+
+
+def _spec(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    return item.get("spec") or {}
+
+
+def _pool(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _spec(item).get("pool") or {}
+
+
+def _name(item: Mapping[str, Any]) -> str:
+    return str((item.get("metadata") or {}).get("name", "<unnamed>"))
 
 
 def check_limits(slices: Sequence[Mapping[str, Any]]) -> list[LimitViolation]:
