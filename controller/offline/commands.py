@@ -1,0 +1,101 @@
+"""`dra-driver simulate` and `dra-driver explain`, registered through the `dra_driver.commands`
+entry-point group so the shared core's command line needs no import of the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from controller.offline.explain import explain_claim
+from controller.offline.inputs import InputFileError, load_objects
+from controller.offline.simulate import ClaimOutcome, simulate
+from dra_driver.allocator import AllocationMode, InputError
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=[m.value for m in AllocationMode],
+        default=AllocationMode.FIRST_FIT.value,
+        help="first-fit: the kube-scheduler's answer; scored: topology and fragmentation aware",
+    )
+
+
+def _devices(outcome: ClaimOutcome) -> str:
+    if outcome.allocation is None:
+        return "-"
+    results = outcome.allocation["devices"]["results"]
+    return ",".join(f"{r['request']}={r['device']}" for r in results)
+
+
+def _table(outcomes: list[ClaimOutcome]) -> str:
+    rows = [("CLAIM", "NODE", "DEVICES", "REASON")]
+    for o in outcomes:
+        rows.append((f"{o.namespace}/{o.name}", o.node or "-", _devices(o), o.reason or ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)).rstrip()
+        for row in rows
+    )
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        outcomes = simulate(load_objects(args.input), AllocationMode(args.mode))
+    except (InputFileError, InputError) as err:
+        print(f"dra-driver simulate: {err}", file=sys.stderr)
+        return 2
+    if args.output == "json":
+        json.dump({"claims": [o.as_json() for o in outcomes]}, sys.stdout, indent=2)
+        print()
+    else:
+        print(_table(outcomes))
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    try:
+        lines = explain_claim(load_objects(args.input), args.claim, AllocationMode(args.mode))
+    except (InputFileError, InputError) as err:
+        print(f"dra-driver explain: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "simulate",
+        help="allocate the claims of a file offline, as the scheduler would",
+        description=(
+            "Allocate every ResourceClaim without status.allocation, one at a time in file "
+            "order, against the ResourceSlices and DeviceClasses of the file."
+        ),
+    )
+    _add_common(parser)
+    parser.add_argument("--output", choices=["json", "table"], default="table")
+    parser.set_defaults(run=run_simulate)
+
+
+def register_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "explain",
+        help="say why a claim does not fit, node by node",
+        description=(
+            "Replay the claims before NS/NAME as simulate does, then say, for every node, why "
+            "the claim fits there or not."
+        ),
+    )
+    _add_common(parser)
+    parser.add_argument("--claim", required=True, metavar="NS/NAME", help="the claim to explain")
+    parser.set_defaults(run=run_explain)

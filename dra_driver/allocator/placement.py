@@ -1,0 +1,244 @@
+"""Allocating one pod's claims: on a given node, or on the best node of the cluster.
+
+`allocate_on_node` is the unit the kube-scheduler works in (one node, all claims of a pod).
+`Placer` adds the choice of node: name order in first-fit mode (what `simulate` promises), a
+ranked, bounded choice in scored mode. It also remembers which claim shapes did not fit which node
+at which usage version, so a full node is skipped in O(1) until something on it changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
+from dra_driver.allocator.errors import AllocationError
+from dra_driver.allocator.result import build_allocation
+from dra_driver.allocator.scoring import ScoringPolicy, SolutionScore, scored_solution
+from dra_driver.allocator.search import (
+    DEFAULT_MAX_STEPS,
+    CandidateIndex,
+    FirstFitSearch,
+    Pick,
+    SearchBudgetError,
+    SearchState,
+)
+from dra_driver.allocator.snapshot import ClusterSnapshot
+from dra_driver.allocator.usage import Usage
+from dra_driver.cel import CelCompileError
+
+
+class AllocationMode(enum.StrEnum):
+    FIRST_FIT = "first-fit"
+    SCORED = "scored"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResult:
+    node: str
+    allocations: list[dict[str, Any]] | None
+    reason: str | None = None
+    score: SolutionScore | None = None
+
+
+def _index(snapshot: ClusterSnapshot) -> CandidateIndex:
+    return CandidateIndex(snapshot)
+
+
+def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None = None) -> None:
+    """Evaluate every DeviceClass's selectors on every device of the nodes, ahead of claims.
+
+    A controller does this as slices and classes arrive, so a claim's allocation costs set
+    look-ups. Class selectors that do not compile are left for the claims that use them to
+    report. Runtime errors are stored as verdicts and raised only where the search meets them.
+    """
+    index = _index(snapshot)
+    chains = []
+    for device_class in snapshot.classes.values():
+        try:
+            chains.append(tuple(snapshot.cel.compile(e) for e in device_class.selectors))
+        except CelCompileError:
+            continue
+    evaluator = snapshot.evaluator
+    for node in nodes if nodes is not None else snapshot.node_names():
+        view = snapshot.view(node)
+        # Device by device, so each CEL device value is built once for all classes.
+        for device in view.devices:
+            for chain in chains:
+                evaluator.chain(chain, device)
+        for chain in chains:
+            index.for_chain(view, chain)
+
+
+def search_node(
+    snapshot: ClusterSnapshot,
+    usage: Usage,
+    plans: Sequence[ClaimPlan],
+    node: str,
+    mode: AllocationMode,
+    policy: ScoringPolicy,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> NodeResult:
+    view = snapshot.view(node)
+    state = SearchState(snapshot, usage, plans, view, _index(snapshot), max_steps)
+    try:
+        picks = FirstFitSearch(state).run()
+    except SearchBudgetError:
+        return NodeResult(node, None, f"gave up after {max_steps} candidate checks")
+    if picks is None:
+        return NodeResult(node, None, "the claims do not fit")
+    score: SolutionScore | None = None
+    if mode is AllocationMode.SCORED:
+        picks, score = scored_solution(
+            snapshot, usage, plans, view, _index(snapshot), picks, policy
+        )
+    return NodeResult(node, _allocations(snapshot, plans, picks, node), score=score)
+
+
+def _allocations(
+    snapshot: ClusterSnapshot, plans: Sequence[ClaimPlan], picks: Sequence[Pick], node: str
+) -> list[dict[str, Any]]:
+    return [
+        build_allocation(snapshot, plan, [p for p in picks if p.claim == i], node)
+        for i, plan in enumerate(plans)
+    ]
+
+
+def allocate_on_node(
+    snapshot: ClusterSnapshot,
+    usage: Usage,
+    claims: Sequence[Mapping[str, Any]],
+    node: str,
+    mode: AllocationMode = AllocationMode.FIRST_FIT,
+    *,
+    policy: ScoringPolicy | None = None,
+) -> NodeResult:
+    """Allocate all `claims` (one pod's) on `node`; `usage` is not changed.
+
+    Raises AllocationError for fatal errors (a selector failing at runtime, All over a pool in
+    flux); returns a result without allocations when the claims simply do not fit.
+    """
+    plans = [plan_claim(snapshot, claim) for claim in claims]
+    check_result_limit(plans)
+    result = search_node(snapshot, usage, plans, node, mode, policy or ScoringPolicy())
+    if result.allocations is None:
+        from dra_driver.allocator.explain import explain_node  # noqa: PLC0415 (failures only)
+
+        return NodeResult(node, None, explain_node(snapshot, usage, plans, node).summary())
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node: str | None
+    allocations: list[dict[str, Any]] | None
+    reason: str | None
+    nodes_searched: int
+
+
+class Placer:
+    """Chooses a node for one pod's claims and records the allocation in `usage`."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        usage: Usage,
+        mode: AllocationMode = AllocationMode.FIRST_FIT,
+        *,
+        policy: ScoringPolicy | None = None,
+        nodes: Sequence[str] | None = None,
+        explain_failures: bool = True,
+    ) -> None:
+        self.snapshot = snapshot
+        self.usage = usage
+        self.mode = mode
+        self.policy = policy or ScoringPolicy()
+        self.nodes = list(nodes) if nodes is not None else snapshot.node_names()
+        self.explain_failures = explain_failures
+        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self.node_load: dict[str, int] = {}
+
+    def place(self, claims: Sequence[Mapping[str, Any]]) -> Placement:
+        plans = [plan_claim(self.snapshot, claim) for claim in claims]
+        check_result_limit(plans)
+        signature = "|".join(p.signature for p in plans)
+        if self.mode is AllocationMode.FIRST_FIT:
+            order = self.nodes
+        else:
+            order = sorted(self.nodes, key=lambda n: (-self.node_load.get(n, 0), n))
+        best: NodeResult | None = None
+        best_key: tuple[object, ...] = ()
+        fits = 0
+        searched = 0
+        for node in order:
+            version = self.usage.node_version(node)
+            if self._unfit.get((signature, node)) == version:
+                continue
+            searched += 1
+            result = search_node(self.snapshot, self.usage, plans, node, self.mode, self.policy)
+            if result.allocations is None:
+                self._unfit[(signature, node)] = version
+                continue
+            if self.mode is AllocationMode.FIRST_FIT:
+                best = result
+                break
+            fits += 1
+            key = self._node_key(result)
+            if best is None or key < best_key:
+                best, best_key = result, key
+            if fits >= self.policy.max_fitting_nodes:
+                break
+        if best is None or best.allocations is None:
+            return Placement(None, None, self._reason(plans), searched)
+        for allocation in best.allocations:
+            self.record(allocation, best.node)
+        return Placement(best.node, best.allocations, None, searched)
+
+    def _node_key(self, result: NodeResult) -> tuple[object, ...]:
+        """Across nodes: the solution's score without device positions, then the busier node."""
+        score = result.score
+        assert score is not None
+        load = self.node_load.get(result.node, 0)
+        return (score.preference, score.topology, score.loss, -load, result.node)
+
+    def record(self, allocation: Mapping[str, Any], node: str) -> None:
+        self.usage.record(self.snapshot, allocation)
+        self.node_load[node] = self.node_load.get(node, 0) + _result_count(allocation)
+
+    def release(self, allocation: Mapping[str, Any], node: str) -> None:
+        self.usage.release(self.snapshot, allocation)
+        self.node_load[node] = self.node_load.get(node, 0) - _result_count(allocation)
+
+    def _reason(self, plans: Sequence[ClaimPlan]) -> str:
+        if not self.nodes:
+            return "no nodes"
+        if not self.explain_failures:
+            return "no node fits"
+        from dra_driver.allocator.explain import explain_node  # noqa: PLC0415 (failures only)
+
+        lines = []
+        shown = self.nodes[:3]
+        for node in shown:
+            lines.append(
+                f"{node}: {explain_node(self.snapshot, self.usage, plans, node).summary()}"
+            )
+        more = len(self.nodes) - len(shown)
+        tail = f"; and {more} more node(s)" if more > 0 else ""
+        return f"no node fits ({len(self.nodes)} tried): " + "; ".join(lines) + tail
+
+
+def _result_count(allocation: Mapping[str, Any]) -> int:
+    return len((allocation.get("devices") or {}).get("results") or [])
+
+
+__all__ = [
+    "AllocationError",
+    "AllocationMode",
+    "NodeResult",
+    "Placement",
+    "Placer",
+    "allocate_on_node",
+    "search_node",
+]

@@ -1,0 +1,374 @@
+"""Scored mode: among valid solutions on a node, prefer the one that wastes least.
+
+A solution's score, compared lexicographically (lower is better):
+
+1. `preference`: which `firstAvailable` alternative each request uses — the user's order wins;
+2. `topology`: for each topology attribute in priority order (NVLink domain, PCIe root, NUMA
+   node), how many extra groups the chosen devices span (0 when all share one value);
+3. `loss`: fragmentation — the summed weight of free devices that each pick makes impossible
+   (devices sharing counters with it that fit before and no longer fit after), as a share of the
+   weight of all devices sharing counters with it. A device's weight is the share of its counter
+   set it consumes, so blocking a whole GPU costs the most, a
+   placement that splits a large free MIG block costs more than one that fills a small hole, and
+   a GPU already partly used is cheaper to use than a fresh one;
+4. `positions`: the device order, so ties go to what first-fit would have chosen.
+
+The search is bounded: first-fit runs first (it is complete and decides whether the node fits, so
+scored mode never fails where first-fit succeeds, and fatal errors surface exactly as upstream).
+Then a depth-first search visits candidates best-first, trying at most `branching` candidates per
+slot (each slot looks at no more than `max_candidates_per_slot` feasible devices), stopping after
+`max_solutions` complete solutions or `max_steps` candidate checks; the first-fit solution is
+always among those compared. Across nodes, `Placer` searches nodes most-loaded first and stops
+after `max_fitting_nodes` nodes that fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
+from dra_driver.allocator.errors import AllocationError
+from dra_driver.allocator.search import (
+    CandidateIndex,
+    Pick,
+    SearchBudgetError,
+    SearchState,
+    all_devices,
+    attribute_of,
+)
+from dra_driver.allocator.snapshot import ClusterSnapshot, Device, NodeView
+from dra_driver.allocator.usage import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringPolicy:
+    topology_attributes: tuple[str, ...] = (
+        "nvlinkDomain",
+        "resource.kubernetes.io/pcieRoot",
+        "numaNode",
+    )
+    """Bare names are looked up in each device's driver domain."""
+    max_fitting_nodes: int = 4
+    max_solutions: int = 8
+    branching: int = 3
+    max_steps: int = 3000
+    max_candidates_per_slot: int = 64
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SolutionScore:
+    preference: tuple[int, ...]
+    topology: tuple[int, ...]
+    loss: float
+    positions: tuple[int, ...] = field(default=())
+
+
+def _topology_value(device: Device, name: str) -> object | None:
+    found = attribute_of(device, name)
+    if found is None or found[1] in ("", None):
+        return None
+    return found
+
+
+def topology_spread(picks: Sequence[Pick], policy: ScoringPolicy) -> tuple[int, ...]:
+    spread: list[int] = []
+    for name in policy.topology_attributes:
+        groups: set[object] = set()
+        for pick in picks:
+            value = _topology_value(pick.device, name)
+            groups.add(value if value is not None else ("alone", pick.device.id))
+        spread.append(max(len(groups) - 1, 0))
+    return tuple(spread)
+
+
+@dataclass(frozen=True, slots=True)
+class _Neighbourhood:
+    """A device's counter neighbourhood: the counters it or any device sharing one consumes.
+
+    `shape` identifies the neighbourhood's structure up to renaming (which counters each device
+    takes, how much, what it weighs), so equal GPUs on different nodes share loss computations.
+    """
+
+    counters: tuple[int, ...]
+    shape: int
+    taking: tuple[tuple[int, float], ...]
+    mates: tuple[tuple[tuple[tuple[int, float], ...], float], ...]
+
+
+class FragmentationModel:
+    """Fragmentation loss of taking a device, cached by neighbourhood shape and free room."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self._hoods: dict[int, _Neighbourhood] = snapshot.neighbourhoods
+        self._shapes: dict[object, int] = snapshot.neighbourhood_shapes
+        self._losses: dict[tuple[int, tuple[float, ...]], float] = snapshot.losses
+        self._counter_users: dict[int, dict[int, list[Device]]] = snapshot.counter_users
+
+    def _weight(self, device: Device) -> float:
+        totals = self.snapshot.pools[device.pool_index].counter_totals
+        return sum(float(amount / totals[c]) for c, amount in device.consumes if totals[c])
+
+    def _users(self, pool_index: int) -> dict[int, list[Device]]:
+        found = self._counter_users.get(pool_index)
+        if found is None:
+            found = {}
+            for d in self.snapshot.pools[pool_index].devices:
+                for counter, _ in d.consumes:
+                    found.setdefault(counter, []).append(d)
+            self._counter_users[pool_index] = found
+        return found
+
+    def neighbourhood(self, device: Device) -> _Neighbourhood:
+        found = self._hoods.get(device.id)
+        if found is None:
+            pool = self.snapshot.pool_of(device)
+            mine = {counter for counter, _ in device.consumes}
+            users = self._users(pool.index)
+            seen: set[int] = {device.id}
+            mates: list[Device] = []
+            for counter in sorted(mine):
+                for d in users.get(counter, ()):
+                    if d.id not in seen:
+                        seen.add(d.id)
+                        mates.append(d)
+            counters = sorted(mine | {c for d in mates for c, _ in d.consumes})
+            where = {c: i for i, c in enumerate(counters)}
+
+            def local(d: Device) -> tuple[tuple[int, float], ...]:
+                return tuple(sorted((where[c], float(a)) for c, a in d.consumes))
+
+            taking = local(device)
+            mate_shapes = tuple(sorted((local(d), self._weight(d)) for d in mates))
+            totals = tuple(float(pool.counter_totals[c]) for c in counters)
+            shape = self._shapes.setdefault((taking, mate_shapes, totals), len(self._shapes))
+            found = _Neighbourhood(tuple(counters), shape, taking, mate_shapes)
+            self._hoods[device.id] = found
+        return found
+
+    def loss(self, state: SearchState, device: Device) -> float:
+        """Weight of mates that fit now and would not fit once `device` is taken."""
+        if not device.consumes or state.usage.in_use(device) or device.id in state.picked:
+            return 0.0
+        hood = self.neighbourhood(device)
+        pool = device.pool_index
+        totals = self.snapshot.pools[pool].counter_totals
+        used = state.usage.counters.get(pool)
+        delta = state.counter_delta
+        room = tuple(
+            float(totals[c] - (used[c] if used is not None else 0) - delta.get((pool, c), 0))
+            for c in hood.counters
+        )
+        key = (hood.shape, room)
+        found = self._losses.get(key)
+        if found is not None:
+            return found
+        after = list(room)
+        for index, amount in hood.taking:
+            after[index] -= amount
+        lost = 0.0
+        for consumes, weight in hood.mates:
+            if all(room[i] >= a for i, a in consumes) and not all(
+                after[i] >= a for i, a in consumes
+            ):
+                lost += weight
+        # As a share of everything the neighbourhood offers, so GPUs that publish more
+        # placements (an H100 against an A30) do not look costlier for the same harm.
+        offered = sum(weight for _, weight in hood.mates)
+        lost = lost / offered if offered else 0.0
+        if len(self._losses) > 1_000_000:
+            self._losses.clear()
+        self._losses[key] = lost
+        return lost
+
+
+class ScoredSearch:
+    def __init__(self, state: SearchState, policy: ScoringPolicy) -> None:
+        self.state = state
+        self.policy = policy
+        self.model = FragmentationModel(state.snapshot)
+        self.solutions: list[tuple[SolutionScore, list[Pick]]] = []
+        self.choices: list[int] = []
+
+    def run(self) -> None:
+        with contextlib.suppress(SearchBudgetError):
+            self._request(0, 0)
+
+    def _done(self) -> bool:
+        return len(self.solutions) >= self.policy.max_solutions
+
+    def _record(self) -> None:
+        picks = list(self.state.picks)
+        self.solutions.append(
+            (score_of(self.state, picks, tuple(self.choices), self.policy), picks)
+        )
+
+    def _request(self, claim: int, request: int) -> None:
+        plans = self.state.plans
+        if request == len(plans[claim].requests):
+            if claim + 1 == len(plans):
+                self._record()
+            else:
+                self._request(claim + 1, 0)
+            return
+        for index, alt in enumerate(plans[claim].requests[request].alternatives):
+            if self._done():
+                return
+            self.choices.append(index)
+            if alt.mode == ALL:
+                self._take_all(claim, request, alt)
+            else:
+                self._slot(claim, request, alt, 0, [])
+            self.choices.pop()
+
+    def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Device]:
+        state = self.state
+        ranked: list[tuple[tuple[int, ...], float, int, Device]] = []
+        candidates = state.index.candidates(state.view, alt)
+        for position, (device, verdict) in enumerate(candidates):
+            if verdict is not True or state.skipped_before_selectors(
+                claim, alt, device, slot_picks
+            ):
+                continue
+            pick = state.try_pick(claim, alt, device)
+            if pick is None:
+                continue
+            state.undo(pick)
+            mismatch = tuple(
+                sum(
+                    1
+                    for p in state.picks
+                    if (v := _topology_value(p.device, name)) is None
+                    or v != _topology_value(device, name)
+                )
+                for name in self.policy.topology_attributes
+            )
+            ranked.append((mismatch, self.model.loss(state, device), position, device))
+            if len(ranked) >= self.policy.max_candidates_per_slot:
+                break
+        ranked.sort(key=lambda r: (r[0], r[1], r[2]))
+        return [r[3] for r in ranked[: self.policy.branching]]
+
+    def _slot(
+        self, claim: int, request: int, alt: Alternative, slot: int, slot_picks: list[Pick]
+    ) -> None:
+        if slot == alt.count:
+            self._request(claim, request + 1)
+            return
+        state = self.state
+        for device in self._ranked(claim, alt, slot_picks):
+            if self._done():
+                return
+            loss = self.model.loss(state, device)
+            pick = state.try_pick(claim, alt, device)
+            if pick is None:
+                continue
+            pick.loss = loss
+            slot_picks.append(pick)
+            self._slot(claim, request, alt, slot + 1, slot_picks)
+            slot_picks.pop()
+            state.undo(pick)
+
+    def _take_all(self, claim: int, request: int, alt: Alternative) -> None:
+        state = self.state
+        applied: list[Pick] = []
+        try:
+            members = all_devices(state, state.plans[claim], alt)
+        except AllocationError:  # the first-fit pass has already raised anything fatal
+            return
+        for device in members:
+            if state.skipped_before_selectors(claim, alt, device, applied):
+                break
+            loss = self.model.loss(state, device)
+            pick = state.try_pick(claim, alt, device)
+            if pick is None:
+                break
+            pick.loss = loss
+            applied.append(pick)
+        else:
+            if members:
+                self._request(claim, request + 1)
+        for pick in reversed(applied):
+            state.undo(pick)
+
+
+def score_of(
+    state: SearchState, picks: Sequence[Pick], preference: tuple[int, ...], policy: ScoringPolicy
+) -> SolutionScore:
+    positions = tuple(state.view.position[p.device.id] for p in picks)
+    return SolutionScore(
+        preference=preference,
+        topology=topology_spread(picks, policy),
+        loss=round(sum(p.loss for p in picks), 9),
+        positions=positions,
+    )
+
+
+def _replay(state: SearchState, picks: Sequence[Pick], model: FragmentationModel) -> list[Pick]:
+    """Re-apply first-fit's picks on a fresh state, noting each pick's loss as it happens."""
+    replayed: list[Pick] = []
+    for pick in picks:
+        again = Pick(pick.claim, pick.alternative, pick.device, pick.share, pick.consumed_counters)
+        again.loss = model.loss(state, pick.device)
+        state.apply(again)
+        replayed.append(again)
+    return replayed
+
+
+def _preference(plans: Sequence[ClaimPlan], picks: Sequence[Pick]) -> tuple[int, ...]:
+    chosen: list[int] = []
+    for claim, plan in enumerate(plans):
+        for request in plan.requests:
+            alt = next(
+                (
+                    p.alternative
+                    for p in picks
+                    if p.claim == claim and p.alternative.request == request.name
+                ),
+                None,
+            )
+            chosen.append(request.alternatives.index(alt) if alt is not None else 0)
+    return tuple(chosen)
+
+
+def scored_solution(
+    snapshot: ClusterSnapshot,
+    usage: Usage,
+    plans: Sequence[ClaimPlan],
+    view: NodeView,
+    index: CandidateIndex,
+    first_fit: list[Pick],
+    policy: ScoringPolicy,
+) -> tuple[list[Pick], SolutionScore]:
+    model = FragmentationModel(snapshot)
+    baseline_state = SearchState(snapshot, usage, plans, view, index)
+    baseline = _replay(baseline_state, first_fit, model)
+    best = (score_of(baseline_state, baseline, _preference(plans, baseline), policy), baseline)
+    search = ScoredSearch(
+        SearchState(snapshot, usage, plans, view, index, policy.max_steps), policy
+    )
+    search.run()
+    for candidate in search.solutions:
+        if candidate[0] < best[0]:
+            best = candidate
+    return _in_search_order(plans, view, best[1]), best[0]
+
+
+def _in_search_order(plans: Sequence[ClaimPlan], view: NodeView, picks: list[Pick]) -> list[Pick]:
+    """Results as the search would list them: claims, requests in spec order, slots by device
+    order. Scored mode finds a request's devices best-first; the set is what counts."""
+    request_index = {
+        (claim, request.name): i
+        for claim, plan in enumerate(plans)
+        for i, request in enumerate(plan.requests)
+    }
+    return sorted(
+        picks,
+        key=lambda p: (
+            p.claim,
+            request_index[(p.claim, p.alternative.request)],
+            view.position[p.device.id],
+        ),
+    )

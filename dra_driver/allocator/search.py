@@ -1,0 +1,408 @@
+"""The depth-first search over claims → requests → device slots, on one node.
+
+`FirstFitSearch` walks candidates in device order and returns the first complete solution: the
+answer the kube-scheduler's allocator gives. `ScoredSearch` (scoring.py) walks the same space in
+another order. Both share the checks in `SearchState`, which applies a pick and undoes it exactly
+(in-use marks, counter and capacity consumption), so a rejected branch leaves no trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dra_driver.allocator.capacity import large_enough, share_demand
+from dra_driver.allocator.claims import (
+    ALL,
+    MAX_RESULTS_PER_CLAIM,
+    Alternative,
+    ClaimPlan,
+    Toleration,
+)
+from dra_driver.allocator.errors import AllocationError
+from dra_driver.allocator.quantities import Number
+from dra_driver.allocator.selectors import SelectorFailure, Verdict
+from dra_driver.allocator.snapshot import ClusterSnapshot, Device, NodeView, Taint
+from dra_driver.allocator.usage import Usage
+from dra_driver.cel import CompiledSelector
+
+DEFAULT_MAX_STEPS = 1_000_000
+"""Candidate checks before first-fit gives up on a node; far above any real claim's need."""
+
+Candidates = list[tuple[Device, Verdict]]
+
+
+@dataclass(slots=True)
+class Pick:
+    claim: int
+    alternative: Alternative
+    device: Device
+    share: dict[str, Number] | None
+    consumed_counters: bool
+    loss: float = 0.0
+
+
+class SearchBudgetError(Exception):
+    """The step budget ran out; the node is reported as not fitting, with that reason."""
+
+
+def tolerated(taint: Taint, tolerations: Sequence[Toleration]) -> bool:
+    for tol in tolerations:
+        if tol.effect and tol.effect != taint.effect:
+            continue
+        if tol.operator == "Exists":
+            if not tol.key or tol.key == taint.key:
+                return True
+        elif tol.key == taint.key and tol.value == taint.value:
+            return True
+    return False
+
+
+def untolerated_taint(device: Device, alternative: Alternative) -> Taint | None:
+    for taint in device.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerated(
+            taint, alternative.tolerations
+        ):
+            return taint
+    return None
+
+
+class CandidateIndex:
+    """Per node and selector chain: the devices whose verdict is not false, in device order."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self._lists = snapshot.candidate_lists
+
+    def candidates(self, view: NodeView, alternative: Alternative) -> Candidates:
+        split = alternative.class_selector_count
+        return self.for_chain(view, alternative.selectors[:split], alternative.selectors[split:])
+
+    def for_chain(
+        self,
+        view: NodeView,
+        class_part: tuple[CompiledSelector, ...],
+        request_part: tuple[CompiledSelector, ...] = (),
+    ) -> Candidates:
+        """Class verdicts are listed once per node; request selectors only filter that list."""
+        key = (view.name, tuple(s.expression for s in class_part + request_part))
+        found = self._lists.get(key)
+        if found is not None:
+            return found
+        evaluator = self.snapshot.evaluator
+        if request_part:
+            found = []
+            for device, class_verdict in self.for_chain(view, class_part):
+                verdict = class_verdict
+                if verdict is True:
+                    verdict = evaluator.chain(request_part, device)
+                if verdict is not False:
+                    found.append((device, verdict))
+        else:
+            found = []
+            for device in view.devices:
+                verdict = evaluator.chain(class_part, device)
+                if verdict is not False:
+                    found.append((device, verdict))
+        self._lists[key] = found
+        return found
+
+
+def selector_error(
+    plan: ClaimPlan, alternative: Alternative, device: Device, f: SelectorFailure
+) -> AllocationError:
+    return AllocationError(
+        plan.key,
+        f"request {alternative.result_name}: selector {f.expression!r} failed on device "
+        f"{device.driver}/{device.name}: {f.message}",
+    )
+
+
+class SearchState:
+    """The allocation being built on one node: picks, and what they consume on top of `usage`."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        usage: Usage,
+        plans: Sequence[ClaimPlan],
+        view: NodeView,
+        index: CandidateIndex,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        self.snapshot = snapshot
+        self.usage = usage
+        self.plans = plans
+        self.view = view
+        self.index = index
+        self.picks: list[Pick] = []
+        self.picked: dict[int, int] = {}
+        """Non-admin picks of this allocation: what consumes counters and capacity."""
+        self.allocating: dict[int, int] = {}
+        """Every pick of this allocation, admin ones included."""
+        self.claim_devices: list[dict[int, int]] = [{} for _ in plans]
+        self.counter_delta: dict[tuple[int, int], Number] = {}
+        self.capacity_delta: dict[int, dict[str, Number]] = {}
+        self.steps = 0
+        self.max_steps = max_steps
+
+    # --- checks -------------------------------------------------------------------------------
+
+    def skipped_before_selectors(
+        self, claim: int, alt: Alternative, device: Device, slot_picks: Sequence[Pick]
+    ) -> bool:
+        """In use, or picked already: skipped before any selector runs (as upstream does).
+
+        A device with multiple allocations is only skipped for a later slot of the same request;
+        admin access ignores other claims' use but not this claim's own picks; anything else
+        needs a device nobody uses and nothing in this allocation picked, admin picks included.
+        """
+        if device.allow_multiple:
+            return any(p.device is device for p in slot_picks)
+        if alt.admin_access:
+            return device.id in self.claim_devices[claim]
+        return (
+            device.id in self.usage.exclusive
+            or device.id in self.usage.shares
+            or device.id in self.allocating
+        )
+
+    def counters_fit(self, device: Device) -> bool:
+        pool = device.pool_index
+        totals = self.snapshot.pools[pool].counter_totals
+        used = self.usage.counters.get(pool)
+        delta = self.counter_delta
+        for counter, amount in device.consumes:
+            taken = (used[counter] if used is not None else 0) + delta.get((pool, counter), 0)
+            if taken + amount > totals[counter]:
+                return False
+        return True
+
+    def constraint_holds(self, claim: int, alt: Alternative, device: Device) -> bool:
+        for constraint in self.plans[claim].constraints:
+            if not constraint.covers(alt):
+                continue
+            name = constraint.match_attribute or constraint.distinct_attribute
+            assert name is not None
+            value = attribute_of(device, name)
+            if value is None:
+                return False
+            for pick in self.picks:
+                if pick.claim != claim or not constraint.covers(pick.alternative):
+                    continue
+                other = attribute_of(pick.device, name)
+                if constraint.match_attribute is not None:
+                    if other != value:
+                        return False
+                elif other == value:
+                    return False
+        return True
+
+    def try_pick(self, claim: int, alt: Alternative, device: Device) -> Pick | None:
+        """All post-selector checks; applies the pick and returns it, or None (nothing changed)."""
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise SearchBudgetError
+        if device.taints and untolerated_taint(device, alt) is not None:
+            return None
+        share: dict[str, Number] | None = None
+        if device.allow_multiple and not alt.admin_access:
+            share = share_demand(device, alt.capacity)
+            if share is None or not self._share_fits(device, share):
+                return None
+        elif alt.capacity and not large_enough(device, alt.capacity):
+            return None
+        consume = (
+            not alt.admin_access
+            and bool(device.consumes)
+            and not self.usage.in_use(device)
+            and device.id not in self.picked
+        )
+        if consume and not self.counters_fit(device):
+            return None
+        if self.plans[claim].constraints and not self.constraint_holds(claim, alt, device):
+            return None
+        pick = Pick(claim, alt, device, share, consume)
+        self.apply(pick)
+        return pick
+
+    def _share_fits(self, device: Device, share: dict[str, Number]) -> bool:
+        consumed = self.usage.consumed_capacity.get(device.id, {})
+        delta = self.capacity_delta.get(device.id, {})
+        for name, amount in share.items():
+            if consumed.get(name, 0) + delta.get(name, 0) + amount > device.capacity[name].value:
+                return False
+        return True
+
+    # --- apply / undo -------------------------------------------------------------------------
+
+    def apply(self, pick: Pick) -> None:
+        device = pick.device
+        self.picks.append(pick)
+        if not pick.alternative.admin_access:
+            self.picked[device.id] = self.picked.get(device.id, 0) + 1
+        self.allocating[device.id] = self.allocating.get(device.id, 0) + 1
+        mine = self.claim_devices[pick.claim]
+        mine[device.id] = mine.get(device.id, 0) + 1
+        if pick.consumed_counters:
+            for counter, amount in device.consumes:
+                key = (device.pool_index, counter)
+                self.counter_delta[key] = self.counter_delta.get(key, 0) + amount
+        if pick.share is not None:
+            delta = self.capacity_delta.setdefault(device.id, {})
+            for name, amount in pick.share.items():
+                delta[name] = delta.get(name, 0) + amount
+
+    def undo(self, pick: Pick) -> None:
+        popped = self.picks.pop()
+        assert popped is pick, "picks are undone in reverse order"
+        device = pick.device
+        if not pick.alternative.admin_access:
+            self.picked[device.id] -= 1
+            if not self.picked[device.id]:
+                del self.picked[device.id]
+        self.allocating[device.id] -= 1
+        if not self.allocating[device.id]:
+            del self.allocating[device.id]
+        mine = self.claim_devices[pick.claim]
+        mine[device.id] -= 1
+        if not mine[device.id]:
+            del mine[device.id]
+        if pick.consumed_counters:
+            for counter, amount in device.consumes:
+                key = (device.pool_index, counter)
+                self.counter_delta[key] -= amount
+                if not self.counter_delta[key]:
+                    del self.counter_delta[key]
+        if pick.share is not None:
+            delta = self.capacity_delta[device.id]
+            for name, amount in pick.share.items():
+                delta[name] -= amount
+            if not any(delta.values()):
+                del self.capacity_delta[device.id]
+
+    def results_of(self, claim: int) -> int:
+        return sum(1 for p in self.picks if p.claim == claim)
+
+
+def attribute_of(device: Device, name: str) -> tuple[str, object] | None:
+    """Fully qualified lookup, then the bare id when the domain is the device's driver."""
+    found = device.attributes.get(name)
+    if found is None and "/" not in name:
+        found = device.attributes.get(f"{device.driver}/{name}")
+    return found
+
+
+class FirstFitSearch:
+    """Upstream order: the first complete solution of the depth-first search."""
+
+    def __init__(self, state: SearchState) -> None:
+        self.state = state
+
+    def run(self) -> list[Pick] | None:
+        self._check_all_requests()
+        if self._request(0, 0):
+            return list(self.state.picks)
+        return None
+
+    def _check_all_requests(self) -> None:
+        """Upstream sets up every `All` alternative before searching, reached or not: a node
+        with a pool in flux, or a selector failing on one of the node's devices, is fatal."""
+        state = self.state
+        for plan in state.plans:
+            for request in plan.requests:
+                for alt in request.alternatives:
+                    if alt.mode != ALL:
+                        continue
+                    if state.view.unusable:
+                        pool = state.view.unusable[0]
+                        raise AllocationError(
+                            plan.key,
+                            f"request {alt.result_name} asks for all devices, but {pool.problem}",
+                        )
+                    all_devices(state, plan, alt)
+
+    def _request(self, claim: int, request: int) -> bool:
+        plans = self.state.plans
+        if request == len(plans[claim].requests):
+            return claim + 1 == len(plans) or self._request(claim + 1, 0)
+        for alt in plans[claim].requests[request].alternatives:
+            if alt.mode == ALL:
+                if self._take_all(claim, request, alt):
+                    return True
+            elif self._slot(claim, request, alt, 0, 0, []):
+                return True
+        return False
+
+    def _check_limit(self, claim: int, extra: int) -> None:
+        if self.state.results_of(claim) + extra > MAX_RESULTS_PER_CLAIM:
+            raise AllocationError(
+                self.state.plans[claim].key,
+                f"needs more than the {MAX_RESULTS_PER_CLAIM} devices a claim may hold",
+            )
+
+    def _slot(
+        self,
+        claim: int,
+        request: int,
+        alt: Alternative,
+        slot: int,
+        start: int,
+        slot_picks: list[Pick],
+    ) -> bool:
+        if slot == alt.count:
+            return self._request(claim, request + 1)
+        if slot == 0:
+            self._check_limit(claim, alt.count)
+        state = self.state
+        candidates = state.index.candidates(state.view, alt)
+        for position in range(start, len(candidates)):
+            device, verdict = candidates[position]
+            if state.skipped_before_selectors(claim, alt, device, slot_picks):
+                continue
+            if verdict is not True:
+                assert isinstance(verdict, SelectorFailure)
+                raise selector_error(state.plans[claim], alt, device, verdict)
+            pick = state.try_pick(claim, alt, device)
+            if pick is None:
+                continue
+            slot_picks.append(pick)
+            if self._slot(claim, request, alt, slot + 1, position + 1, slot_picks):
+                return True
+            slot_picks.pop()
+            state.undo(pick)
+        return False
+
+    def _take_all(self, claim: int, request: int, alt: Alternative) -> bool:
+        state = self.state
+        members = all_devices(state, state.plans[claim], alt)
+        if not members:
+            return False
+        self._check_limit(claim, len(members))
+        applied: list[Pick] = []
+        ok = True
+        for device in members:
+            if state.skipped_before_selectors(claim, alt, device, applied):
+                ok = False
+                break
+            pick = state.try_pick(claim, alt, device)
+            if pick is None:
+                ok = False
+                break
+            applied.append(pick)
+        if ok and self._request(claim, request + 1):
+            return True
+        for pick in reversed(applied):
+            state.undo(pick)
+        return False
+
+
+def all_devices(state: SearchState, plan: ClaimPlan, alt: Alternative) -> list[Device]:
+    """Every selectable device of the node; selectors run on all of them, in use or not."""
+    members: list[Device] = []
+    for device, verdict in state.index.candidates(state.view, alt):
+        if verdict is not True:
+            assert isinstance(verdict, SelectorFailure)
+            raise selector_error(plan, alt, device, verdict)
+        members.append(device)
+    return members

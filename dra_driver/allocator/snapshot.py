@@ -1,0 +1,505 @@
+"""An immutable, pre-parsed view of the cluster's ResourceSlices, DeviceClasses and Nodes.
+
+Parsing happens once per snapshot so the search never touches raw dicts: devices get integer ids,
+counters become indices into per-pool arrays, quantities become exact numbers. The per-node device
+order (pools by driver and name, pools with binding conditions last, slices by name, devices as
+listed) is computed on first use and kept, because every claim walks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.allocator.errors import InputError
+from dra_driver.allocator.node_selectors import node_selector_matches
+from dra_driver.allocator.quantities import Number, quantity_value
+from dra_driver.allocator.selectors import SelectorEvaluator, Verdict, VerdictCache
+from dra_driver.cel import CelEnvironment, DeviceVariable, default_environment, device_variable
+
+AttributeValue = tuple[str, object]
+"""(kind, value): kind is one of int, bool, string, version; equal kinds and values match."""
+
+VALUE_KINDS = ("int", "bool", "string", "version")
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRule:
+    """A device capacity and the request policy that rounds what one share consumes."""
+
+    value: Number
+    default: Number | None = None
+    valid_values: tuple[Number, ...] | None = None
+    minimum: Number | None = None
+    maximum: Number | None = None
+    step: Number | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(eq=False, slots=True)
+class Device:
+    """One published device, with everything the search asks about it pre-parsed."""
+
+    id: int
+    name: str
+    driver: str
+    pool_index: int
+    slice_name: str
+    raw: Mapping[str, Any]
+    where: str
+    consumes: tuple[tuple[int, Number], ...]
+    taints: tuple[Taint, ...]
+    allow_multiple: bool
+    node_name: str | None
+    all_nodes: bool
+    node_selector: Mapping[str, Any] | None
+    has_binding_conditions: bool
+    cache_key: tuple[str, ...] | None
+    _attributes: dict[str, AttributeValue] | None = None
+    _capacity: dict[str, CapacityRule] | None = None
+
+    @property
+    def attributes(self) -> dict[str, AttributeValue]:
+        """Fully qualified name → (kind, value); parsed on first use (constraints, scoring)."""
+        if self._attributes is None:
+            raw = _mapping(self.raw.get("attributes") or {}, f"{self.where}.attributes")
+            self._attributes = {
+                _qualify(key, self.driver): _attribute(spec, f"{self.where}.attributes[{key}]")
+                for key, spec in raw.items()
+            }
+        return self._attributes
+
+    @property
+    def capacity(self) -> dict[str, CapacityRule]:
+        """Fully qualified name → capacity; parsed on first use (capacity requests, shares)."""
+        if self._capacity is None:
+            raw = _mapping(self.raw.get("capacity") or {}, f"{self.where}.capacity")
+            self._capacity = {
+                _qualify(key, self.driver): _capacity(spec, f"{self.where}.capacity[{key}]")
+                for key, spec in raw.items()
+            }
+        return self._capacity
+
+    def variable(self) -> DeviceVariable:
+        """A fresh CEL `device` value; callers keep it only as long as they need it (memory)."""
+        return device_variable(self.driver, self.raw)
+
+    def attribute(self, qualified: str) -> AttributeValue | None:
+        return self.attributes.get(qualified)
+
+
+@dataclass(eq=False, slots=True)
+class Pool:
+    index: int
+    driver: str
+    name: str
+    generation: int
+    devices: list[Device] = field(default_factory=list)
+    counter_index: dict[tuple[str, str], int] = field(default_factory=dict)
+    counter_totals: list[Number] = field(default_factory=list)
+    incomplete: str | None = None
+    invalid: str | None = None
+    has_binding_conditions: bool = False
+    slice_nodes: set[str] = field(default_factory=set)
+    """Nodes named by the pool's slices, so a counters-only slice still ties the pool to them."""
+
+    @property
+    def problem(self) -> str | None:
+        return self.invalid or self.incomplete
+
+    @property
+    def label(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+    def counter_name(self, index: int) -> str:
+        for (counter_set, counter), i in self.counter_index.items():
+            if i == index:
+                return f"{counter_set}/{counter}"
+        raise KeyError(index)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    config: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(slots=True)
+class NodeView:
+    """What one node can use: its devices in allocation order, and the pools it must not use."""
+
+    name: str
+    devices: list[Device]
+    unusable: list[Pool]
+    position: dict[int, int]
+
+
+class ClusterSnapshot:
+    """Slices, classes and nodes parsed for allocation; never mutated after `build`."""
+
+    def __init__(
+        self,
+        pools: list[Pool],
+        classes: dict[str, DeviceClass],
+        node_labels: dict[str, Mapping[str, str]],
+        cel: CelEnvironment,
+        verdicts: VerdictCache,
+    ) -> None:
+        self.pools = pools
+        self.classes = classes
+        self.node_labels = node_labels
+        self.cel = cel
+        self.verdicts = verdicts
+        self.evaluator = SelectorEvaluator(verdicts)
+        self.candidate_lists: dict[tuple[str, tuple[str, ...]], list[tuple[Device, Verdict]]] = {}
+        """(node, selector chain) → devices whose verdict is not false; filled by the search."""
+        # Caches of the fragmentation model (scoring.py), kept with the snapshot they describe.
+        self.neighbourhoods: dict[int, Any] = {}
+        self.neighbourhood_shapes: dict[object, int] = {}
+        self.losses: dict[tuple[int, tuple[float, ...]], float] = {}
+        self.counter_users: dict[int, dict[int, list[Device]]] = {}
+        self.devices: list[Device] = [d for p in pools for d in p.devices]
+        self._views: dict[str, NodeView] = {}
+        self._by_name: dict[tuple[str, str, str], Device] = {
+            (d.driver, pools[d.pool_index].name, d.name): d for d in self.devices
+        }
+
+    @classmethod
+    def build(
+        cls,
+        slices: Iterable[Mapping[str, Any]],
+        classes: Iterable[Mapping[str, Any]],
+        nodes: Iterable[Mapping[str, Any]] = (),
+        *,
+        cel: CelEnvironment | None = None,
+        verdicts: VerdictCache | None = None,
+    ) -> ClusterSnapshot:
+        node_labels: dict[str, Mapping[str, str]] = {}
+        for node in nodes:
+            meta = _mapping(node.get("metadata"), "Node.metadata")
+            name = _string(meta.get("name"), "Node.metadata.name")
+            node_labels[name] = dict(_mapping(meta.get("labels") or {}, f"Node {name} labels"))
+        parsed_slices = [_slice_header(s) for s in slices]
+        for header in parsed_slices:
+            if header.node_name and header.node_name not in node_labels:
+                node_labels[header.node_name] = {}
+            for dev in header.devices:
+                node_name = dev.get("nodeName")
+                if isinstance(node_name, str) and node_name and node_name not in node_labels:
+                    node_labels[node_name] = {}
+        pools = _build_pools(parsed_slices)
+        device_classes = {c.name: c for c in (_device_class(raw) for raw in classes)}
+        return cls(
+            pools,
+            device_classes,
+            node_labels,
+            cel if cel is not None else default_environment(),
+            verdicts if verdicts is not None else VerdictCache(),
+        )
+
+    def node_names(self) -> list[str]:
+        return sorted(self.node_labels)
+
+    def device(self, driver: str, pool: str, name: str) -> Device | None:
+        return self._by_name.get((driver, pool, name))
+
+    def pool_of(self, device: Device) -> Pool:
+        return self.pools[device.pool_index]
+
+    def view(self, node: str) -> NodeView:
+        cached = self._views.get(node)
+        if cached is None:
+            cached = self._views[node] = self._make_view(node)
+        return cached
+
+    def _applies(self, device: Device, node: str) -> bool:
+        if device.node_name is not None:
+            return device.node_name == node
+        if device.all_nodes:
+            return True
+        if device.node_selector is not None:
+            return node_selector_matches(device.node_selector, node, self.node_labels.get(node, {}))
+        return False
+
+    def _make_view(self, node: str) -> NodeView:
+        devices: list[Device] = []
+        unusable: list[Pool] = []
+        ordered = sorted(self.pools, key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+        for pool in ordered:
+            mine = [d for d in pool.devices if self._applies(d, node)]
+            touches = bool(mine) or node in pool.slice_nodes
+            if not touches:
+                continue
+            if pool.problem is not None:
+                unusable.append(pool)
+                continue
+            devices.extend(mine)
+        return NodeView(node, devices, unusable, {d.id: i for i, d in enumerate(devices)})
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _SliceHeader:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    node_name: str | None
+    all_nodes: bool
+    node_selector: Mapping[str, Any] | None
+    per_device: bool
+    devices: list[Mapping[str, Any]]
+    shared_counters: list[Mapping[str, Any]]
+    cache_token: str | None
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # the common case, without the slow ABC check
+        return value
+    if not isinstance(value, Mapping):
+        raise InputError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _int(value: object, where: str, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: expected an integer, got {value!r}")
+    return value
+
+
+def _slice_header(raw: Mapping[str, Any]) -> _SliceHeader:
+    meta = _mapping(raw.get("metadata"), "ResourceSlice.metadata")
+    name = _string(meta.get("name"), "ResourceSlice.metadata.name")
+    where = f"ResourceSlice {name}"
+    spec = _mapping(raw.get("spec"), f"{where}: spec")
+    pool = _mapping(spec.get("pool"), f"{where}: spec.pool")
+    devices = spec.get("devices") or []
+    counters = spec.get("sharedCounters") or []
+    if not isinstance(devices, list) or not isinstance(counters, list):
+        raise InputError(f"{where}: spec.devices and spec.sharedCounters must be lists")
+    selector = spec.get("nodeSelector")
+    version = meta.get("resourceVersion")
+    token = f"{meta.get('uid', name)}@{version}" if isinstance(version, str) and version else None
+    return _SliceHeader(
+        name=name,
+        driver=_string(spec.get("driver"), f"{where}: spec.driver"),
+        pool=_string(pool.get("name"), f"{where}: spec.pool.name"),
+        generation=_int(pool.get("generation"), f"{where}: spec.pool.generation", 0),
+        slice_count=_int(
+            pool.get("resourceSliceCount"), f"{where}: spec.pool.resourceSliceCount", 1
+        ),
+        node_name=spec.get("nodeName") or None,
+        all_nodes=bool(spec.get("allNodes")),
+        node_selector=_mapping(selector, f"{where}: spec.nodeSelector") if selector else None,
+        per_device=bool(spec.get("perDeviceNodeSelection")),
+        devices=[_mapping(d, f"{where}: spec.devices[{i}]") for i, d in enumerate(devices)],
+        shared_counters=[
+            _mapping(c, f"{where}: spec.sharedCounters[{i}]") for i, c in enumerate(counters)
+        ],
+        cache_token=token,
+    )
+
+
+def _build_pools(headers: Sequence[_SliceHeader]) -> list[Pool]:
+    by_pool: dict[tuple[str, str], list[_SliceHeader]] = {}
+    for header in headers:
+        by_pool.setdefault((header.driver, header.pool), []).append(header)
+    pools: list[Pool] = []
+    next_id = 0
+    for (driver, pool_name), members in sorted(by_pool.items()):
+        generation = max(h.generation for h in members)
+        current = sorted((h for h in members if h.generation == generation), key=lambda h: h.name)
+        pool = Pool(index=len(pools), driver=driver, name=pool_name, generation=generation)
+        pool.slice_nodes = {h.node_name for h in current if h.node_name}
+        expected = {h.slice_count for h in current}
+        if len(expected) != 1 or len(current) != expected.pop():
+            pool.incomplete = (
+                f"pool {driver}/{pool_name} is incomplete: {len(current)} slice(s) at generation "
+                f"{generation}, resourceSliceCount says {sorted({h.slice_count for h in current})}"
+            )
+        _add_counters(pool, current)
+        seen: set[str] = set()
+        for header in current:
+            for index, raw in enumerate(header.devices):
+                device = _device(pool, header, index, raw, next_id)
+                next_id += 1
+                if device.name in seen and pool.invalid is None:
+                    pool.invalid = (
+                        f"pool {pool.label} is invalid: device {device.name} is listed twice"
+                    )
+                seen.add(device.name)
+                pool.has_binding_conditions |= device.has_binding_conditions
+                pool.devices.append(device)
+        pools.append(pool)
+    return pools
+
+
+def _add_counters(pool: Pool, slices: Sequence[_SliceHeader]) -> None:
+    sets_seen: set[str] = set()
+    for header in slices:
+        for index, counter_set in enumerate(header.shared_counters):
+            where = f"ResourceSlice {header.name}: spec.sharedCounters[{index}]"
+            set_name = _string(counter_set.get("name"), f"{where}.name")
+            if set_name in sets_seen and pool.invalid is None:
+                pool.invalid = (
+                    f"pool {pool.label} is invalid: counter set {set_name} is defined twice"
+                )
+            sets_seen.add(set_name)
+            counters = _mapping(counter_set.get("counters") or {}, f"{where}.counters")
+            for counter, spec in counters.items():
+                value = quantity_value(
+                    _mapping(spec, f"{where}.counters[{counter}]").get("value"),
+                    f"{where}.counters[{counter}].value",
+                )
+                pool.counter_index.setdefault((set_name, counter), len(pool.counter_totals))
+                if len(pool.counter_totals) <= pool.counter_index[(set_name, counter)]:
+                    pool.counter_totals.append(value)
+
+
+def _device(
+    pool: Pool, header: _SliceHeader, index: int, raw: Mapping[str, Any], device_id: int
+) -> Device:
+    where = f"ResourceSlice {header.name}: spec.devices[{index}]"
+    name = _string(raw.get("name"), f"{where}.name")
+    where = f"ResourceSlice {header.name}: device {name}"
+    consumes: list[tuple[int, Number]] = []
+    entries = raw.get("consumesCounters") or []
+    if not isinstance(entries, list):
+        raise InputError(f"{where}.consumesCounters: expected a list")
+    for k, raw_entry in enumerate(entries):
+        entry = _mapping(raw_entry, f"{where}.consumesCounters[{k}]")
+        set_name = _string(entry.get("counterSet"), f"{where}.consumesCounters[{k}].counterSet")
+        counters = _mapping(entry.get("counters") or {}, f"{where}.consumesCounters[{k}].counters")
+        for counter, spec in counters.items():
+            amount = quantity_value(
+                _mapping(spec, f"{where}.consumesCounters[{k}].counters[{counter}]").get("value"),
+                f"{where}.consumesCounters[{k}].counters[{counter}].value",
+            )
+            position = pool.counter_index.get((set_name, counter))
+            if position is None:
+                if pool.invalid is None:
+                    pool.invalid = (
+                        f"pool {pool.label} is invalid: device {name} consumes counter "
+                        f"{set_name}/{counter}, which the pool does not define"
+                    )
+                continue
+            consumes.append((position, amount))
+    taints = tuple(_taint(t, f"{where}.taints[{i}]") for i, t in enumerate(raw.get("taints") or []))
+    if header.per_device:
+        node_name = raw.get("nodeName") or None
+        all_nodes = bool(raw.get("allNodes"))
+        selector = raw.get("nodeSelector") or None
+    else:
+        node_name, all_nodes, selector = header.node_name, header.all_nodes, header.node_selector
+    token = header.cache_token
+    return Device(
+        id=device_id,
+        name=name,
+        driver=header.driver,
+        pool_index=pool.index,
+        slice_name=header.name,
+        raw=raw,
+        where=where,
+        consumes=tuple(consumes),
+        taints=taints,
+        allow_multiple=bool(raw.get("allowMultipleAllocations")),
+        node_name=node_name if isinstance(node_name, str) else None,
+        all_nodes=all_nodes,
+        node_selector=selector if isinstance(selector, Mapping) else None,
+        has_binding_conditions=bool(raw.get("bindingConditions")),
+        cache_key=(header.driver, header.name, token, name) if token else None,
+    )
+
+
+def _qualify(key: str, driver: str) -> str:
+    return key if "/" in key else f"{driver}/{key}"
+
+
+def _attribute(spec: object, where: str) -> AttributeValue:
+    values = _mapping(spec, where)
+    if len(values) == 1:
+        for kind, value in values.items():
+            if kind in VALUE_KINDS:
+                return kind, value
+    raise InputError(f"{where}: exactly one of {', '.join(VALUE_KINDS)} must be set")
+
+
+def _capacity(spec: object, where: str) -> CapacityRule:
+    values = _mapping(spec, where)
+    value = quantity_value(values.get("value"), f"{where}.value")
+    policy = values.get("requestPolicy")
+    if not policy:
+        return CapacityRule(value)
+    policy = _mapping(policy, f"{where}.requestPolicy")
+
+    def optional(raw: object, name: str) -> Number | None:
+        return None if raw is None else quantity_value(raw, f"{where}.requestPolicy.{name}")
+
+    valid_values = policy.get("validValues")
+    valid_range = _mapping(policy.get("validRange") or {}, f"{where}.requestPolicy.validRange")
+    return CapacityRule(
+        value=value,
+        default=optional(policy.get("default"), "default"),
+        valid_values=tuple(
+            sorted(
+                quantity_value(v, f"{where}.requestPolicy.validValues[{i}]")
+                for i, v in enumerate(valid_values)
+            )
+        )
+        if isinstance(valid_values, list) and valid_values
+        else None,
+        minimum=optional(valid_range.get("min"), "validRange.min"),
+        maximum=optional(valid_range.get("max"), "validRange.max"),
+        step=optional(valid_range.get("step"), "validRange.step"),
+    )
+
+
+def _taint(spec: object, where: str) -> Taint:
+    values = _mapping(spec, where)
+    return Taint(
+        key=str(values.get("key", "")),
+        value=str(values.get("value", "")),
+        effect=str(values.get("effect", "")),
+    )
+
+
+def _device_class(raw: Mapping[str, Any]) -> DeviceClass:
+    meta = _mapping(raw.get("metadata"), "DeviceClass.metadata")
+    name = _string(meta.get("name"), "DeviceClass.metadata.name")
+    spec = _mapping(raw.get("spec") or {}, f"DeviceClass {name}: spec")
+    selectors: list[str] = []
+    for i, selector in enumerate(spec.get("selectors") or []):
+        cel_part = _mapping(
+            _mapping(selector, f"DeviceClass {name}: spec.selectors[{i}]").get("cel"),
+            f"DeviceClass {name}: spec.selectors[{i}].cel",
+        )
+        selectors.append(
+            _string(
+                cel_part.get("expression"),
+                f"DeviceClass {name}: spec.selectors[{i}].cel.expression",
+            )
+        )
+    config = tuple(
+        _mapping(c, f"DeviceClass {name}: spec.config[{i}]")
+        for i, c in enumerate(spec.get("config") or [])
+    )
+    return DeviceClass(name, tuple(selectors), config)

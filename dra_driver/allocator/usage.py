@@ -1,0 +1,109 @@
+"""What is already taken in the cluster: in-use devices, counter consumption, consumed capacity.
+
+Built from the allocations of every claim; updated as the allocator records new allocations (and
+releases, for simulations with departures). Admin-access results take nothing. A device in use
+consumes its counters once, however many shares of it exist.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dra_driver.allocator.quantities import Number, quantity_value
+from dra_driver.allocator.snapshot import ClusterSnapshot, Device
+
+
+class Usage:
+    def __init__(self) -> None:
+        self.exclusive: set[int] = set()
+        self.shares: dict[int, int] = {}
+        self.consumed_capacity: dict[int, dict[str, Number]] = {}
+        self.counters: dict[int, list[Number]] = {}
+        self.node_versions: defaultdict[str, int] = defaultdict(int)
+        """Bumped whenever usage on a node changes, so cached "does not fit" answers expire."""
+        self.unknown: int = 0
+
+    @classmethod
+    def from_claims(cls, snapshot: ClusterSnapshot, claims: Iterable[Mapping[str, Any]]) -> Usage:
+        usage = cls()
+        for claim in claims:
+            allocation = (claim.get("status") or {}).get("allocation")
+            if allocation:
+                usage.record(snapshot, allocation)
+        return usage
+
+    def copy(self) -> Usage:
+        other = Usage()
+        other.exclusive = set(self.exclusive)
+        other.shares = dict(self.shares)
+        other.consumed_capacity = {k: dict(v) for k, v in self.consumed_capacity.items()}
+        other.counters = {k: list(v) for k, v in self.counters.items()}
+        other.node_versions = defaultdict(int, self.node_versions)
+        other.unknown = self.unknown
+        return other
+
+    def in_use(self, device: Device) -> bool:
+        return device.id in self.exclusive or device.id in self.shares
+
+    def counter_used(self, pool_index: int, counter: int) -> Number:
+        used = self.counters.get(pool_index)
+        return 0 if used is None else used[counter]
+
+    def record(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any]) -> None:
+        self._apply(snapshot, allocation, +1)
+
+    def release(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any]) -> None:
+        self._apply(snapshot, allocation, -1)
+
+    def _apply(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any], sign: int) -> None:
+        results = (allocation.get("devices") or {}).get("results") or []
+        for i, result in enumerate(results):
+            if result.get("adminAccess"):
+                continue
+            device = snapshot.device(
+                str(result.get("driver")), str(result.get("pool")), str(result.get("device"))
+            )
+            if device is None:
+                # Allocated from a device that is no longer published: nothing left to take.
+                self.unknown += sign
+                continue
+            was_in_use = self.in_use(device)
+            if result.get("shareID"):
+                self.shares[device.id] = self.shares.get(device.id, 0) + sign
+                if self.shares[device.id] <= 0:
+                    del self.shares[device.id]
+                consumed = self.consumed_capacity.setdefault(device.id, {})
+                for name, amount in (result.get("consumedCapacity") or {}).items():
+                    qualified = name if "/" in name else f"{device.driver}/{name}"
+                    value = quantity_value(
+                        amount, f"allocation result {i}: consumedCapacity[{name}]"
+                    )
+                    consumed[qualified] = consumed.get(qualified, 0) + sign * value
+            elif sign > 0:
+                self.exclusive.add(device.id)
+            else:
+                self.exclusive.discard(device.id)
+            if was_in_use != self.in_use(device):
+                self._consume_counters(snapshot, device, 1 if not was_in_use else -1)
+            self._touch(device)
+
+    def _consume_counters(self, snapshot: ClusterSnapshot, device: Device, sign: int) -> None:
+        if not device.consumes:
+            return
+        pool = snapshot.pool_of(device)
+        used = self.counters.get(pool.index)
+        if used is None:
+            used = self.counters[pool.index] = [0] * len(pool.counter_totals)
+        for counter, amount in device.consumes:
+            used[counter] += sign * amount
+
+    def _touch(self, device: Device) -> None:
+        if device.node_name is not None:
+            self.node_versions[device.node_name] += 1
+        else:
+            self.node_versions["*"] += 1
+
+    def node_version(self, node: str) -> tuple[int, int]:
+        return self.node_versions[node], self.node_versions["*"]

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Allocator benchmarks (not part of the test suite): throughput, latency and memory on a
+# 500-node H100 cluster, then the fragmentation trace. Figures are recorded in docs/performance.md.
+# Usage: hack/bench.sh [--nodes N]   (extra arguments go to both benchmarks)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/venv.sh
+source "$ROOT/hack/venv.sh"
+cd "$ROOT"
+
+echo "==> allocator: throughput, latency, peak RSS (first-fit, then scored)"
+python -m tests.bench.bench_allocator "$@"
+echo
+echo "==> fragmentation: claims placed before the first rejection"
+python -m tests.bench.bench_fragmentation "$@"

@@ -1,0 +1,301 @@
+"""Property tests: the allocator against the independent checker and the brute-force reference.
+
+1. Whatever either mode allocates, one claim after another, the checker accepts.
+2. First-fit gives exactly the reference's answer (the first candidate in search order that the
+   checker accepts), up to share IDs.
+3. Scored mode never fails on a node where first-fit succeeds.
+
+Examples are derandomized so CI runs the same cases every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+from api.quantity import parse_quantity
+from dra_driver.allocator import (
+    AllocationError,
+    AllocationMode,
+    ClusterSnapshot,
+    Usage,
+    allocate_on_node,
+)
+from dra_driver.allocator.checker import check_allocations
+from dra_driver.allocator.reference import TooManyCandidatesError, first_fit_reference
+from tests.unit.allocator.strategies import Cluster, Scenario, claims, clusters, scenarios
+
+Obj = dict[str, Any]
+
+PROPERTY_SETTINGS = settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+# The reference enumerates every candidate; beyond this a case is too slow to be worth it.
+MAX_CANDIDATES = 5_000
+
+
+def _snapshot(cluster: Cluster) -> ClusterSnapshot:
+    return ClusterSnapshot.build(cluster.slices, cluster.classes, nodes=cluster.nodes)
+
+
+def _allocated(claim: Mapping[str, Any], allocation: Mapping[str, Any]) -> Obj:
+    return {**claim, "status": {"allocation": allocation}}
+
+
+def allocate_in_order(
+    cluster: Cluster, pending: Sequence[Mapping[str, Any]], mode: AllocationMode
+) -> list[Obj]:
+    """simulate, one claim at a time: nodes in name order, the first fit or fatal error decides."""
+    snapshot = _snapshot(cluster)
+    usage = Usage.from_claims(snapshot, [])
+    done: list[Obj] = []
+    for claim in pending:
+        for node in cluster.node_names:
+            try:
+                found = allocate_on_node(snapshot, usage, [claim], node, mode=mode)
+            except AllocationError:
+                break
+            if found.allocations is not None:
+                (allocation,) = found.allocations
+                usage.record(snapshot, allocation)
+                done.append(_allocated(claim, allocation))
+                break
+    return done
+
+
+def _comparable(allocation: Mapping[str, Any]) -> Obj:
+    """An allocation with share IDs dropped and quantities and empty fields normalized."""
+    devices = allocation.get("devices") or {}
+    results = []
+    for result in devices.get("results") or []:
+        entry = {k: v for k, v in result.items() if k != "shareID"}
+        if "consumedCapacity" in entry:
+            entry["consumedCapacity"] = {
+                k: parse_quantity(str(v)).value for k, v in entry["consumedCapacity"].items()
+            }
+        results.append(entry)
+    configs = [
+        {**c, "requests": list(c.get("requests") or [])} for c in devices.get("config") or []
+    ]
+    return {"results": results, "config": configs, "nodeSelector": allocation.get("nodeSelector")}
+
+
+def _first_fit(snapshot: ClusterSnapshot, usage: Usage, scenario: Scenario) -> Any:
+    try:
+        return allocate_on_node(
+            snapshot, usage, scenario.pod, scenario.node, mode=AllocationMode.FIRST_FIT
+        ).allocations
+    except AllocationError:
+        return None
+
+
+@PROPERTY_SETTINGS
+@given(cluster=clusters(), data=st.data(), mode=st.sampled_from(list(AllocationMode)))
+def test_every_allocation_passes_the_checker(
+    cluster: Cluster, data: st.DataObject, mode: AllocationMode
+) -> None:
+    names = [c["metadata"]["name"] for c in cluster.classes]
+    pending = data.draw(claims(names, "claim", 1, 6))
+    done = allocate_in_order(cluster, pending, mode)
+    assert check_allocations(cluster.slices, cluster.classes, done, cluster.nodes) == []
+
+
+@settings(PROPERTY_SETTINGS, max_examples=200)
+@given(scenario=scenarios())
+def test_first_fit_matches_the_reference(scenario: Scenario) -> None:
+    cluster = scenario.cluster
+    in_use = allocate_in_order(cluster, scenario.earlier, AllocationMode.FIRST_FIT)
+    try:
+        expected = first_fit_reference(
+            cluster.slices,
+            cluster.classes,
+            scenario.pod,
+            scenario.node,
+            in_use=in_use,
+            nodes=cluster.nodes,
+            max_candidates=MAX_CANDIDATES,
+        )
+    except TooManyCandidatesError:
+        reject()
+    snapshot = _snapshot(cluster)
+    got = _first_fit(snapshot, Usage.from_claims(snapshot, in_use), scenario)
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert [_comparable(a) for a in got] == [_comparable(a) for a in expected]
+
+
+@PROPERTY_SETTINGS
+@given(scenario=scenarios(max_pod_claims=1))
+def test_scored_fits_where_first_fit_does(scenario: Scenario) -> None:
+    cluster = scenario.cluster
+    in_use = allocate_in_order(cluster, scenario.earlier, AllocationMode.FIRST_FIT)
+    snapshot = _snapshot(cluster)
+    usage = Usage.from_claims(snapshot, in_use)
+    if _first_fit(snapshot, usage, scenario) is None:
+        return
+    scored = allocate_on_node(
+        snapshot, usage, scenario.pod, scenario.node, mode=AllocationMode.SCORED
+    )
+    assert scored.allocations is not None, scored.reason
+
+
+# --- the smallest cases the properties above found, kept as plain regression tests -------------
+
+
+def _device(name: str, **fields: Any) -> Obj:
+    attributes = {"type": {"string": "gpu"}, "numa": {"int": 0}}
+    return {
+        "name": name,
+        "attributes": attributes,
+        "capacity": {"memory": {"value": "4Gi"}},
+        **fields,
+    }
+
+
+def _slice(name: str, devices: list[Obj] | None, *, count: int = 1, **spec: Any) -> Obj:
+    body: Obj = {
+        "driver": "gpu.example.com",
+        "pool": {"name": name, "generation": 1, "resourceSliceCount": count},
+        "nodeName": "node-a",
+        **spec,
+    }
+    if devices is not None:
+        body["devices"] = devices
+    return {"metadata": {"name": name}, "spec": body}
+
+
+def _claim(name: str, *requests: Obj) -> Obj:
+    return {
+        "metadata": {"namespace": "default", "name": name},
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+
+
+def _ask(name: str, **fields: Any) -> Obj:
+    return {"name": name, "exactly": {"deviceClassName": "any", **fields}}
+
+
+ANY_CLASS = [{"metadata": {"name": "any"}, "spec": {}}]
+SHARED = _device("s", allowMultipleAllocations=True)
+
+
+def _counted(name: str, mem: int, **fields: Any) -> Obj:
+    consumes = [{"counterSet": "cs", "counters": {"mem": {"value": str(mem)}}}]
+    return _device(name, consumesCounters=consumes, **fields)
+
+
+REGRESSIONS: dict[str, tuple[list[Obj], list[Obj], list[list[Obj]], AllocationMode]] = {
+    # An admin pick marks the device as picked: a later plain request of the claim may not
+    # take it too (docs: "already picked in this allocation").
+    "admin-then-plain-in-one-claim": (
+        [_slice("p", [_device("d0")])],
+        [],
+        [[_claim("c", _ask("a", adminAccess=True), _ask("b"))]],
+        AllocationMode.FIRST_FIT,
+    ),
+    # The same across the claims of one pod.
+    "admin-then-plain-in-one-pod": (
+        [_slice("p", [_device("d0")])],
+        [],
+        [[_claim("c0", _ask("a", adminAccess=True)), _claim("c1", _ask("b"))]],
+        AllocationMode.FIRST_FIT,
+    ),
+    # Admin access takes no share of a shared device, so it fits even when the device is full.
+    "admin-share-of-a-full-device": (
+        [_slice("p", [SHARED])],
+        [_claim("full", _ask("r"))],
+        [[_claim("admin", _ask("r", adminAccess=True))]],
+        AllocationMode.FIRST_FIT,
+    ),
+    # An All entry of firstAvailable is evaluated up front, even when an earlier entry fits: on a
+    # node with an incomplete pool that is a fatal error.
+    "unreached-all-entry-with-an-incomplete-pool": (
+        [_slice("p", [_device("d0")]), _slice("q", [_device("d0")], count=2)],
+        [],
+        [
+            [
+                {
+                    "metadata": {"namespace": "default", "name": "c"},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "r",
+                                    "firstAvailable": [
+                                        {"name": "one", "deviceClassName": "any"},
+                                        {
+                                            "name": "all",
+                                            "deviceClassName": "any",
+                                            "allocationMode": "All",
+                                        },
+                                    ],
+                                }
+                            ]
+                        }
+                    },
+                }
+            ]
+        ],
+        AllocationMode.FIRST_FIT,
+    ),
+    # Scored mode picks from the same search space: a request's results stay in device order.
+    "scored-results-in-device-order": (
+        [
+            _slice(
+                "c",
+                None,
+                count=2,
+                sharedCounters=[{"name": "cs", "counters": {"mem": {"value": "4"}}}],
+            ),
+            _slice(
+                "d",
+                [
+                    _counted("d0", 1),
+                    _counted("d1", 2),
+                    _counted("d2", 1),
+                    _device("d3"),
+                    _device("d4", allowMultipleAllocations=True),
+                    _counted("d5", 3),
+                ],
+                count=2,
+                pool={"name": "c", "generation": 1, "resourceSliceCount": 2},
+            ),
+        ],
+        [_claim("pre", _ask("r0"))],
+        [[_claim("c4", _ask("r0"), _ask("r1", adminAccess=True), _ask("r2", count=2))]],
+        AllocationMode.SCORED,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_regressions(name: str) -> None:
+    slices, before, pods, mode = REGRESSIONS[name]
+    nodes = [{"metadata": {"name": "node-a"}}]
+    cluster = Cluster(slices, ANY_CLASS, nodes)
+    in_use = allocate_in_order(cluster, before, AllocationMode.FIRST_FIT)
+    snapshot = _snapshot(cluster)
+    usage = Usage.from_claims(snapshot, in_use)
+    for pod in pods:
+        try:
+            found = allocate_on_node(snapshot, usage, pod, "node-a", mode=mode).allocations
+        except AllocationError:
+            found = None
+        done = [_allocated(c, a) for c, a in zip(pod, found or [], strict=False)]
+        assert check_allocations(slices, ANY_CLASS, [*in_use, *done], nodes) == []
+        if mode is AllocationMode.FIRST_FIT:
+            expected = first_fit_reference(slices, ANY_CLASS, pod, "node-a", in_use=in_use)
+            assert (found and [_comparable(a) for a in found]) == (
+                expected and [_comparable(a) for a in expected]
+            )
