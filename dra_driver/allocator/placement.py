@@ -213,7 +213,7 @@ class Placer:
 
     def _reason(self, plans: Sequence[ClaimPlan]) -> str:
         if not self.nodes:
-            return "no nodes"
+            return "no node to try: none is known, or all are unschedulable"
         if not self.explain_failures:
             return "no node fits"
         from dra_driver.allocator.explain import explain_node  # noqa: PLC0415 (failures only)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.errors import AllocationError
@@ -104,6 +105,7 @@ class FragmentationModel:
         self.snapshot = snapshot
         self._hoods: dict[int, _Neighbourhood] = snapshot.neighbourhoods
         self._shapes: dict[object, int] = snapshot.neighbourhood_shapes
+        self._shape_parts: dict[int, Any] = snapshot.neighbourhood_parts
         self._losses: dict[tuple[int, tuple[float, ...]], float] = snapshot.losses
         self._counter_users: dict[int, dict[int, list[Device]]] = snapshot.counter_users
 
@@ -144,6 +146,8 @@ class FragmentationModel:
             mate_shapes = tuple(sorted((local(d), self._weight(d)) for d in mates))
             totals = tuple(float(pool.counter_totals[c]) for c in counters)
             shape = self._shapes.setdefault((taking, mate_shapes, totals), len(self._shapes))
+            # Equal shapes share one copy of their structure: 124,000 devices, a few dozen shapes.
+            taking, mate_shapes = self._shape_parts.setdefault(shape, (taking, mate_shapes))
             found = _Neighbourhood(tuple(counters), shape, taking, mate_shapes)
             self._hoods[device.id] = found
         return found
@@ -178,7 +182,7 @@ class FragmentationModel:
         # placements (an H100 against an A30) do not look costlier for the same harm.
         offered = sum(weight for _, weight in hood.mates)
         lost = lost / offered if offered else 0.0
-        if len(self._losses) > 1_000_000:
+        if len(self._losses) > 200_000:
             self._losses.clear()
         self._losses[key] = lost
         return lost

@@ -5,9 +5,11 @@ selectors run before request selectors, and the first `false` stops. A runtime e
 when the search reaches that device. Caching keeps those semantics by storing an error as a
 verdict (`SelectorFailure`) that the search raises at the moment it would have evaluated it.
 
-Verdicts of devices whose slice carries a resourceVersion live in a `VerdictCache` shared across
-snapshots, so a class's verdicts survive until that slice (new version) or the class (new
-expression text) changes; other devices are cached for the snapshot's lifetime.
+Most selectors only read attributes they name; for those, devices that agree on what the selector
+can see share one verdict (projection.py), kept in a `VerdictCache` shared across snapshots: it
+is keyed by content, so it stays right whatever changes. For other selectors, verdicts of
+devices whose slice carries a resourceVersion are shared across snapshots until that slice (new
+version) or the class (new expression text) changes; the rest live as long as the snapshot.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dra_driver.allocator.projection import projection_key, projection_of
 from dra_driver.cel import CelCompileError, CelRuntimeError, CompiledSelector, DeviceVariable
 
 if TYPE_CHECKING:
@@ -37,13 +40,13 @@ class VerdictCache:
     """(expression, slice version, device) → verdict, bounded by evicting everything when full."""
 
     def __init__(self, max_entries: int = 2_000_000) -> None:
-        self._entries: dict[tuple[str, tuple[str, ...]], Verdict] = {}
+        self._entries: dict[tuple[str, tuple[object, ...]], Verdict] = {}
         self._max = max_entries
 
-    def get(self, expression: str, key: tuple[str, ...]) -> Verdict | None:
+    def get(self, expression: str, key: tuple[object, ...]) -> Verdict | None:
         return self._entries.get((expression, key))
 
-    def put(self, expression: str, key: tuple[str, ...], verdict: Verdict) -> None:
+    def put(self, expression: str, key: tuple[object, ...], verdict: Verdict) -> None:
         if len(self._entries) >= self._max:
             self._entries.clear()
         self._entries[(expression, key)] = verdict
@@ -74,6 +77,15 @@ class SelectorEvaluator:
 
     def verdict(self, selector: CompiledSelector, device: Device) -> Verdict:
         expression = selector.expression
+        seen = projection_key(
+            projection_of(expression), device.driver, device.allow_multiple, device.entries
+        )
+        if seen is not None:
+            found = self._shared.get(expression, seen)
+            if found is None:
+                found = self._evaluate(selector, device)
+                self._shared.put(expression, seen, found)
+            return found
         local_key = (expression, device.id)
         found = self._local.get(local_key)
         if found is not None:

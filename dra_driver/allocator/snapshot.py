@@ -14,6 +14,7 @@ from typing import Any
 
 from dra_driver.allocator.errors import InputError
 from dra_driver.allocator.node_selectors import node_selector_matches
+from dra_driver.allocator.projection import Entry, device_entries
 from dra_driver.allocator.quantities import Number, quantity_value
 from dra_driver.allocator.selectors import SelectorEvaluator, Verdict, VerdictCache
 from dra_driver.cel import CelEnvironment, DeviceVariable, default_environment, device_variable
@@ -62,6 +63,8 @@ class Device:
     node_selector: Mapping[str, Any] | None
     has_binding_conditions: bool
     cache_key: tuple[str, ...] | None
+    _entries: tuple[Entry, ...] | None = None
+    _entries_read: bool = False
     _attributes: dict[str, AttributeValue] | None = None
     _capacity: dict[str, CapacityRule] | None = None
 
@@ -86,6 +89,14 @@ class Device:
                 for key, spec in raw.items()
             }
         return self._capacity
+
+    @property
+    def entries(self) -> tuple[Entry, ...] | None:
+        """Attributes and capacities as text, for selector projections (projection.py)."""
+        if not self._entries_read:
+            self._entries = device_entries(self.raw)
+            self._entries_read = True
+        return self._entries
 
     def variable(self) -> DeviceVariable:
         """A fresh CEL `device` value; callers keep it only as long as they need it (memory)."""
@@ -164,6 +175,7 @@ class ClusterSnapshot:
         # Caches of the fragmentation model (scoring.py), kept with the snapshot they describe.
         self.neighbourhoods: dict[int, Any] = {}
         self.neighbourhood_shapes: dict[object, int] = {}
+        self.neighbourhood_parts: dict[int, Any] = {}
         self.losses: dict[tuple[int, tuple[float, ...]], float] = {}
         self.counter_users: dict[int, dict[int, list[Device]]] = {}
         self.devices: list[Device] = [d for p in pools for d in p.devices]

@@ -11,6 +11,7 @@ utilisation of the cluster at that point (used memory-slice counters / all of th
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import time
 from typing import Any
@@ -110,6 +111,8 @@ def main() -> None:
     args = parser.parse_args()
     snapshot = ClusterSnapshot.build(cluster_slices(args.nodes), device_classes())
     warm_class_verdicts(snapshot)
+    gc.collect()
+    gc.freeze()  # the snapshot is long-lived: keep the cyclic collector from rescanning it
     gpus = args.nodes * 8
     events = trace(args.seed, args.occupancy, args.length or gpus * 10, gpus)
     results = [replay(snapshot, events, mode) for mode in AllocationMode]

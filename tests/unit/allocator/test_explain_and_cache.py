@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dra_driver.allocator import ClusterSnapshot, Usage, VerdictCache, allocate_on_node
+import pytest
+
+from dra_driver.allocator import (
+    AllocationError,
+    ClusterSnapshot,
+    Usage,
+    VerdictCache,
+    allocate_on_node,
+)
 from dra_driver.allocator.claims import plan_claim
 from dra_driver.allocator.explain import explain_node
 from tests.unit.allocator.objects import (
@@ -11,7 +19,9 @@ from tests.unit.allocator.objects import (
     Obj,
     claim,
     dev,
+    device_class,
     exactly,
+    picked,
     request,
     slice_,
 )
@@ -73,15 +83,49 @@ def versioned(version: str) -> list[Obj]:
     return [body]
 
 
-def test_verdicts_are_reused_until_the_slice_changes() -> None:
+# Counts attributes, so it can see every key: verdicts are per device, not per projection.
+OPAQUE_CLASS = device_class("gpu", f'device.attributes["{DRV}"].size() > 0')
+
+
+def test_opaque_verdicts_are_reused_until_the_slice_changes() -> None:
     cache = VerdictCache()
     c = [claim("c", request("r", exactly()))]
-    first = ClusterSnapshot.build(versioned("10"), [GPU_CLASS], verdicts=cache)
+    first = ClusterSnapshot.build(versioned("10"), [OPAQUE_CLASS], verdicts=cache)
     allocate_on_node(first, Usage(), c, "node-a")
     assert first.evaluator.evaluations == 2
-    again = ClusterSnapshot.build(versioned("10"), [GPU_CLASS], verdicts=cache)
+    again = ClusterSnapshot.build(versioned("10"), [OPAQUE_CLASS], verdicts=cache)
     allocate_on_node(again, Usage(), c, "node-a")
     assert again.evaluator.evaluations == 0
-    changed = ClusterSnapshot.build(versioned("11"), [GPU_CLASS], verdicts=cache)
+    changed = ClusterSnapshot.build(versioned("11"), [OPAQUE_CLASS], verdicts=cache)
     allocate_on_node(changed, Usage(), c, "node-a")
     assert changed.evaluator.evaluations == 2
+
+
+def test_devices_that_look_alike_to_a_selector_share_one_evaluation() -> None:
+    devices = [
+        dev(f"d{i}", numa=i % 2, attributes={"serial": {"string": f"s{i}"}}) for i in range(8)
+    ]
+    devices.append(dev("x", kind="mig"))
+    by_type = device_class("gpu", f'device.attributes["{DRV}"].type == "gpu"')
+    snapshot = ClusterSnapshot.build([slice_("s", devices)], [by_type])
+    found = allocate_on_node(
+        snapshot, Usage(), [claim("c", request("r", exactly("gpu", 8)))], "node-a"
+    )
+    assert picked(found.allocations[0] if found.allocations else None) == [
+        f"d{i}" for i in range(8)
+    ]
+    # The serial numbers differ but the selector never names them: one verdict per type.
+    assert snapshot.evaluator.evaluations == 2
+    by_numa = claim("c", request("r", exactly("gpu", 4, f'device.attributes["{DRV}"].numa == 1')))
+    found = allocate_on_node(snapshot, Usage(), [by_numa], "node-a")
+    assert picked(found.allocations[0] if found.allocations else None) == ["d1", "d3", "d5", "d7"]
+    assert snapshot.evaluator.evaluations == 4
+
+
+def test_a_shared_error_verdict_still_names_the_device_the_search_reaches() -> None:
+    devices = [dev("a"), dev("b")]
+    reads_missing = device_class("gpu", f'device.attributes["{DRV}"].memory > 0')
+    snapshot = ClusterSnapshot.build([slice_("s", devices)], [reads_missing])
+    with pytest.raises(AllocationError, match="gpu.example.com/a"):
+        allocate_on_node(snapshot, Usage(), [claim("c", request("r", exactly()))], "node-a")
+    assert snapshot.evaluator.evaluations == 1

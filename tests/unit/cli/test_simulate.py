@@ -171,3 +171,14 @@ def test_unreadable_and_malformed_files(capsys: pytest.CaptureFixture[str], tmp_
     assert "not valid YAML" in capsys.readouterr().err
     assert main(["explain", "--input", str(EXAMPLE), "--claim", "demo/absent"]) == 2
     assert "no such ResourceClaim" in capsys.readouterr().err
+
+
+def test_unschedulable_nodes_are_not_tried(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cordoned = {"kind": "Node", "metadata": {"name": "n1"}, "spec": {"unschedulable": True}}
+    out = run_json(
+        capsys, "--input", str(small_input(tmp_path, SLICE, CLASS, cordoned, claim("x")))
+    )
+    (only,) = out["claims"]
+    assert not only["allocated"] and "no node to try" in only["reason"]
