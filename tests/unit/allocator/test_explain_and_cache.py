@@ -126,6 +126,6 @@ def test_a_shared_error_verdict_still_names_the_device_the_search_reaches() -> N
     devices = [dev("a"), dev("b")]
     reads_missing = device_class("gpu", f'device.attributes["{DRV}"].memory > 0')
     snapshot = ClusterSnapshot.build([slice_("s", devices)], [reads_missing])
-    with pytest.raises(AllocationError, match="gpu.example.com/a"):
+    with pytest.raises(AllocationError, match=r"gpu\.example\.com/a"):
         allocate_on_node(snapshot, Usage(), [claim("c", request("r", exactly()))], "node-a")
     assert snapshot.evaluator.evaluations == 1

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from typing import Any
+
+import pytest
 
 from dra_driver.allocator.projection import device_entries, projection_key, projection_of
 
@@ -38,7 +38,7 @@ def test_selectors_that_read_named_ids_are_projected(expression: str) -> None:
         f'device.attributes["{D}"].all(k, k != "x")',
         f'cel.bind(a, device.attributes["{D}"], a.type == "x")',
         f'device.attributes["{D}"] == {{"type": "gpu"}}',
-        f'"type" in device.attributes',
+        '"type" in device.attributes',
         f'device.attributes["{D}"][r"type"] == "gpu"',
     ],
 )
