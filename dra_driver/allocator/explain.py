@@ -96,7 +96,7 @@ def _report(state: SearchState, plan: ClaimPlan, alt: Alternative, claim: int) -
             report.rejected[TAINTED] += 1
         elif device.allow_multiple and not alt.admin_access:
             share = share_demand(device, alt.capacity)
-            if share is None or not state._share_fits(device, share):
+            if share is None or not state.share_fits(device, share):
                 report.rejected[CAPACITY] += 1
             elif not state.usage.in_use(device) and not state.counters_fit(device):
                 report.rejected[COUNTERS] += 1

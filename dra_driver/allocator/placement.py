@@ -43,10 +43,6 @@ class NodeResult:
     score: SolutionScore | None = None
 
 
-def _index(snapshot: ClusterSnapshot) -> CandidateIndex:
-    return CandidateIndex(snapshot)
-
-
 def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None = None) -> None:
     """Evaluate every DeviceClass's selectors on every device of the nodes, ahead of claims.
 
@@ -54,7 +50,7 @@ def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None =
     look-ups. Class selectors that do not compile are left for the claims that use them to
     report. Runtime errors are stored as verdicts and raised only where the search meets them.
     """
-    index = _index(snapshot)
+    index = CandidateIndex(snapshot)
     chains = []
     for device_class in snapshot.classes.values():
         try:
@@ -82,7 +78,7 @@ def search_node(
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> NodeResult:
     view = snapshot.view(node)
-    state = SearchState(snapshot, usage, plans, view, _index(snapshot), max_steps)
+    state = SearchState(snapshot, usage, plans, view, CandidateIndex(snapshot), max_steps)
     try:
         picks = FirstFitSearch(state).run()
     except SearchBudgetError:
@@ -92,7 +88,7 @@ def search_node(
     score: SolutionScore | None = None
     if mode is AllocationMode.SCORED:
         picks, score = scored_solution(
-            snapshot, usage, plans, view, _index(snapshot), picks, policy
+            snapshot, usage, plans, view, CandidateIndex(snapshot), picks, policy
         )
     return NodeResult(node, _allocations(snapshot, plans, picks, node), score=score)
 

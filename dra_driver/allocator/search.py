@@ -208,7 +208,7 @@ class SearchState:
         share: dict[str, Number] | None = None
         if device.allow_multiple and not alt.admin_access:
             share = share_demand(device, alt.capacity)
-            if share is None or not self._share_fits(device, share):
+            if share is None or not self.share_fits(device, share):
                 return None
         elif alt.capacity and not large_enough(device, alt.capacity):
             return None
@@ -226,7 +226,7 @@ class SearchState:
         self.apply(pick)
         return pick
 
-    def _share_fits(self, device: Device, share: dict[str, Number]) -> bool:
+    def share_fits(self, device: Device, share: dict[str, Number]) -> bool:
         consumed = self.usage.consumed_capacity.get(device.id, {})
         delta = self.capacity_delta.get(device.id, {})
         for name, amount in share.items():

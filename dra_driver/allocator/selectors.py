@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dra_driver.allocator.projection import projection_key, projection_of
-from dra_driver.cel import CelCompileError, CelRuntimeError, CompiledSelector, DeviceVariable
+from dra_driver.cel import CelRuntimeError, CompiledSelector, DeviceVariable
 
 if TYPE_CHECKING:
     from dra_driver.allocator.snapshot import Device
@@ -115,6 +115,3 @@ class SelectorEvaluator:
             if verdict is not True:
                 return verdict
         return True
-
-
-__all__ = ["CelCompileError", "SelectorEvaluator", "SelectorFailure", "Verdict", "VerdictCache"]

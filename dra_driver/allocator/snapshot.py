@@ -129,12 +129,6 @@ class Pool:
     def label(self) -> str:
         return f"{self.driver}/{self.name}"
 
-    def counter_name(self, index: int) -> str:
-        for (counter_set, counter), i in self.counter_index.items():
-            if i == index:
-                return f"{counter_set}/{counter}"
-        raise KeyError(index)
-
 
 @dataclass(frozen=True, slots=True)
 class DeviceClass:
