@@ -182,3 +182,12 @@ def test_unschedulable_nodes_are_not_tried(
     )
     (only,) = out["claims"]
     assert not only["allocated"] and "no node to try" in only["reason"]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    command = f"{sys.executable} -m dra_driver.cli.main simulate --output json --input {EXAMPLE}"
+    done = subprocess.run(
+        f"{command} | head -c 10", shell=True, check=False, capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.stdout == '{\n  "claim'
+    assert "Traceback" not in done.stderr
