@@ -265,15 +265,21 @@ class ScoredSearch:
         for device in self._ranked(claim, alt, slot_picks):
             if self._done():
                 return
-            loss = self.model.loss(state, device)
-            pick = state.try_pick(claim, alt, device)
+            pick = self._pick(claim, alt, device)
             if pick is None:
                 continue
-            pick.loss = loss
             slot_picks.append(pick)
             self._slot(claim, request, alt, slot + 1, slot_picks)
             slot_picks.pop()
             state.undo(pick)
+
+    def _pick(self, claim: int, alt: Alternative, device: Device) -> Pick | None:
+        """Take `device`, noting the fragmentation it causes (measured before it is taken)."""
+        loss = self.model.loss(self.state, device)
+        pick = self.state.try_pick(claim, alt, device)
+        if pick is not None:
+            pick.loss = loss
+        return pick
 
     def _take_all(self, claim: int, request: int, alt: Alternative) -> None:
         state = self.state
@@ -285,11 +291,9 @@ class ScoredSearch:
         for device in members:
             if state.skipped_before_selectors(claim, alt, device, applied):
                 break
-            loss = self.model.loss(state, device)
-            pick = state.try_pick(claim, alt, device)
+            pick = self._pick(claim, alt, device)
             if pick is None:
                 break
-            pick.loss = loss
             applied.append(pick)
         else:
             if members:
