@@ -40,9 +40,7 @@ class KubernetesSliceStore:
         return list(found.get("items") or [])
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        created: Any = self._objects.create_cluster_custom_object(
-            GROUP, VERSION, PLURAL, dict(obj)
-        )
+        created: Any = self._objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, dict(obj))
         return dict(created)
 
     def replace(self, obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""Failures as Kubernetes `Status` objects, because that is what clients parse.
+
+The official client turns any non-2xx answer into `ApiException` whose `body` is our JSON, and
+callers branch on `status` (409, 404, 422, ...) and on `reason`, so both must be exactly what a
+real API server sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Cause = tuple[str, str]
+
+
+class ApiError(Exception):
+    """An error answer: HTTP code, Kubernetes reason, message and optional details."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        name: str = "",
+        kind: str = "",
+        group: str = "",
+        causes: Sequence[Cause] = (),
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.name = name
+        self.kind = kind
+        self.group = group
+        self.causes = list(causes)
+
+    def status(self) -> dict[str, Any]:
+        """The `Status` object a real API server would send for this failure."""
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        details: dict[str, Any] = {}
+        if self.name:
+            details["name"] = self.name
+        if self.group:
+            details["group"] = self.group
+        if self.kind:
+            details["kind"] = self.kind
+        if self.causes:
+            details["causes"] = [
+                {"reason": "FieldValueInvalid", "field": field, "message": message}
+                for field, message in self.causes
+            ]
+        if details:
+            body["details"] = details
+        return body
+
+
+def not_found(plural: str, group: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'{_what(plural, group)} "{name}" not found',
+        name=name,
+        kind=plural,
+        group=group,
+    )
+
+
+def already_exists(plural: str, group: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{_what(plural, group)} "{name}" already exists',
+        name=name,
+        kind=plural,
+        group=group,
+    )
+
+
+def conflict(plural: str, group: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_what(plural, group)} "{name}": {why}',
+        name=name,
+        kind=plural,
+        group=group,
+    )
+
+
+def invalid(plural: str, group: str, name: str, causes: Sequence[Cause]) -> ApiError:
+    listed = ", ".join(f"{field}: {message}" for field, message in causes)
+    return ApiError(
+        422,
+        "Invalid",
+        f'{_what(plural, group)} "{name}" is invalid: {listed}',
+        name=name,
+        kind=plural,
+        group=group,
+        causes=causes,
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
+
+
+def method_not_allowed(message: str) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", message)
+
+
+def _what(plural: str, group: str) -> str:
+    """How a real API server names a resource in messages: `pods`, `leases.coordination.k8s.io`."""
+    return f"{plural}.{group}" if group else plural
