@@ -1,0 +1,140 @@
+"""Stand-in for the kube-scheduler's DRA part: allocate and bind pods that carry no gate.
+
+For each pending pod (no `spec.nodeName`, no scheduling gates) whose claims all exist, it
+allocates the unallocated ones together with the allocator in first-fit mode — nodes in name
+order, exactly what the kube-scheduler's structured allocator would choose for one pod — writes
+each claim's `status.allocation` and `reservedFor`, and binds the pod by setting
+`spec.nodeName`. Pods that carry a gate are left to the controller. Nothing is scored, nothing
+is preempted; a pod that does not fit stays pending and is tried again on the next pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from kubernetes import dynamic
+
+from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
+
+log = structlog.get_logger(__name__)
+
+MERGE = "application/merge-patch+json"
+
+
+def _items(resource: Any) -> list[dict[str, Any]]:
+    return list(resource.get().to_dict().get("items") or [])
+
+
+def _claim_names(pod: Mapping[str, Any]) -> list[str] | None:
+    """Names of the pod's claims, or None while a templated claim has not been created yet."""
+    made = {
+        s["name"]: s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names: list[str] = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") or made.get(entry["name"])
+        if not name:
+            return None
+        names.append(str(name))
+    return names
+
+
+def _node_of(allocation: Mapping[str, Any]) -> str | None:
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return None
+
+
+def reconcile_once(client: dynamic.DynamicClient) -> int:
+    pods = client.resources.get(api_version="v1", kind="Pod")
+    claims = client.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
+    slices = client.resources.get(api_version="resource.k8s.io/v1", kind="ResourceSlice")
+    classes = client.resources.get(api_version="resource.k8s.io/v1", kind="DeviceClass")
+    nodes = client.resources.get(api_version="v1", kind="Node")
+    all_claims = _items(claims)
+    node_objects = _items(nodes)
+    snapshot = ClusterSnapshot.build(_items(slices), _items(classes), node_objects)
+    schedulable = [
+        n
+        for n in snapshot.node_names()
+        if not any(
+            o["metadata"]["name"] == n and (o.get("spec") or {}).get("unschedulable")
+            for o in node_objects
+        )
+    ]
+    placer = Placer(
+        snapshot,
+        Usage.from_claims(snapshot, all_claims),
+        AllocationMode.FIRST_FIT,
+        nodes=schedulable,
+    )
+    by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in all_claims}
+    bound = 0
+    pending = [
+        p
+        for p in _items(pods)
+        if not (p.get("spec") or {}).get("nodeName")
+        and not (p.get("spec") or {}).get("schedulingGates")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    for pod in sorted(
+        pending, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+    ):
+        meta = pod["metadata"]
+        names = _claim_names(pod)
+        if names is None or any((meta["namespace"], n) not in by_key for n in names):
+            continue  # its claims are not all there yet
+        pod_claims = [by_key[(meta["namespace"], n)] for n in names]
+        unallocated = [c for c in pod_claims if not (c.get("status") or {}).get("allocation")]
+        nodes_of = {_node_of(c["status"]["allocation"]) for c in pod_claims if c not in unallocated}
+        node: str | None
+        if unallocated:
+            try:
+                placement = placer.place(unallocated)
+            except AllocationError as err:
+                log.warning("pod cannot be scheduled", pod=meta["name"], error=err.message)
+                continue
+            if placement.allocations is None:
+                log.info("pod does not fit", pod=meta["name"], reason=placement.reason)
+                continue
+            node = placement.node
+            for claim, allocation in zip(unallocated, placement.allocations, strict=True):
+                claim.setdefault("status", {})["allocation"] = allocation
+            nodes_of.add(node)
+        nodes_of.discard(None)
+        if len(nodes_of) > 1:
+            log.warning("pod's claims are allocated on different nodes", pod=meta["name"])
+            continue
+        node = next(iter(nodes_of), None) or (schedulable[0] if schedulable else None)
+        if node is None:
+            continue
+        consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+        for claim in pod_claims:
+            status = claim.setdefault("status", {})
+            reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != meta["uid"]]
+            status["reservedFor"] = [*reserved, consumer]
+            written = claims.status.patch(
+                body={
+                    "status": {
+                        "allocation": status["allocation"],
+                        "reservedFor": status["reservedFor"],
+                    }
+                },
+                name=claim["metadata"]["name"],
+                namespace=meta["namespace"],
+                content_type=MERGE,
+            ).to_dict()
+            by_key[(meta["namespace"], claim["metadata"]["name"])] = written
+        pods.patch(
+            body={"spec": {"nodeName": node}},
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type=MERGE,
+        )
+        bound += 1
+    return bound
