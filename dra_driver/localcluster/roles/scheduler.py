@@ -92,7 +92,6 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
         pod_claims = [by_key[(meta["namespace"], n)] for n in names]
         unallocated = [c for c in pod_claims if not (c.get("status") or {}).get("allocation")]
         nodes_of = {_node_of(c["status"]["allocation"]) for c in pod_claims if c not in unallocated}
-        node: str | None
         if unallocated:
             try:
                 placement = placer.place(unallocated)
@@ -102,14 +101,14 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
             if placement.allocations is None:
                 log.info("pod does not fit", pod=meta["name"], reason=placement.reason)
                 continue
-            node = placement.node
             for claim, allocation in zip(unallocated, placement.allocations, strict=True):
                 claim.setdefault("status", {})["allocation"] = allocation
-            nodes_of.add(node)
+            nodes_of.add(placement.node)
         nodes_of.discard(None)
         if len(nodes_of) > 1:
             log.warning("pod's claims are allocated on different nodes", pod=meta["name"])
             continue
+        # A pod without claims may go anywhere: the first schedulable node.
         node = next(iter(nodes_of), None) or (schedulable[0] if schedulable else None)
         if node is None:
             continue
