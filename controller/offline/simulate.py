@@ -21,6 +21,7 @@ from dra_driver.allocator import (
     Usage,
 )
 from dra_driver.allocator.claims import claim_key
+from dra_driver.allocator.result import allocation_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,24 +44,6 @@ class ClaimOutcome:
         }
 
 
-def schedulable_nodes(objects: ClusterObjects, snapshot: ClusterSnapshot) -> list[str]:
-    """Every node known from Node objects or slices, minus those marked unschedulable."""
-    cordoned = {
-        str(n["metadata"]["name"])
-        for n in objects.nodes
-        if (n.get("spec") or {}).get("unschedulable")
-    }
-    return [n for n in snapshot.node_names() if n not in cordoned]
-
-
-def allocation_node(allocation: Mapping[str, Any]) -> str | None:
-    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("values"):
-                return str(field["values"][0])
-    return None
-
-
 class Simulation:
     """The state of one run; `explain` reuses it to replay the claims before the one asked about."""
 
@@ -69,7 +52,7 @@ class Simulation:
         self.snapshot = ClusterSnapshot.build(objects.slices, objects.classes, objects.nodes)
         self.usage = Usage()
         self.placer = Placer(
-            self.snapshot, self.usage, mode, nodes=schedulable_nodes(objects, self.snapshot)
+            self.snapshot, self.usage, mode, nodes=self.snapshot.schedulable_node_names()
         )
         for claim in objects.claims:
             allocation = (claim.get("status") or {}).get("allocation")

@@ -15,6 +15,7 @@ from typing import Any
 
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
 from dra_driver.allocator.errors import AllocationError
+from dra_driver.allocator.explain import explain_node
 from dra_driver.allocator.result import build_allocation
 from dra_driver.allocator.scoring import ScoringPolicy, SolutionScore, scored_solution
 from dra_driver.allocator.search import (
@@ -57,13 +58,8 @@ def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None =
             chains.append(tuple(snapshot.cel.compile(e) for e in device_class.selectors))
         except CelCompileError:
             continue
-    evaluator = snapshot.evaluator
     for node in nodes if nodes is not None else snapshot.node_names():
         view = snapshot.view(node)
-        # Device by device, so each CEL device value is built once for all classes.
-        for device in view.devices:
-            for chain in chains:
-                evaluator.chain(chain, device)
         for chain in chains:
             index.for_chain(view, chain)
 
@@ -120,8 +116,6 @@ def allocate_on_node(
     check_result_limit(plans)
     result = search_node(snapshot, usage, plans, node, mode, policy or ScoringPolicy())
     if result.allocations is None:
-        from dra_driver.allocator.explain import explain_node  # noqa: PLC0415 (failures only)
-
         return NodeResult(node, None, explain_node(snapshot, usage, plans, node).summary())
     return result
 
@@ -212,8 +206,6 @@ class Placer:
             return "no node to try: none is known, or all are unschedulable"
         if not self.explain_failures:
             return "no node fits"
-        from dra_driver.allocator.explain import explain_node  # noqa: PLC0415 (failures only)
-
         lines = []
         shown = self.nodes[:3]
         for node in shown:

@@ -29,6 +29,15 @@ def _unqualified(name: str, driver: str) -> str:
     return name[len(prefix) :] if name.startswith(prefix) else name
 
 
+def allocation_node(allocation: Mapping[str, Any]) -> str | None:
+    """The node a `status.allocation` is tied to (its `metadata.name` field selector), if any."""
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return None
+
+
 def build_allocation(
     snapshot: ClusterSnapshot, plan: ClaimPlan, picks: Sequence[Pick], node: str
 ) -> dict[str, Any]:

@@ -174,6 +174,8 @@ class ClusterSnapshot:
         self.counter_users: dict[int, dict[int, list[Device]]] = {}
         self.devices: list[Device] = [d for p in pools for d in p.devices]
         self._views: dict[str, NodeView] = {}
+        self.unschedulable: frozenset[str] = frozenset()
+        """Nodes whose Node object says `spec.unschedulable`."""
         self._by_name: dict[tuple[str, str, str], Device] = {
             (d.driver, pools[d.pool_index].name, d.name): d for d in self.devices
         }
@@ -189,10 +191,13 @@ class ClusterSnapshot:
         verdicts: VerdictCache | None = None,
     ) -> ClusterSnapshot:
         node_labels: dict[str, Mapping[str, str]] = {}
+        cordoned: set[str] = set()
         for node in nodes:
             meta = _mapping(node.get("metadata"), "Node.metadata")
             name = _string(meta.get("name"), "Node.metadata.name")
             node_labels[name] = dict(_mapping(meta.get("labels") or {}, f"Node {name} labels"))
+            if _mapping(node.get("spec") or {}, f"Node {name} spec").get("unschedulable"):
+                cordoned.add(name)
         parsed_slices = [_slice_header(s) for s in slices]
         for header in parsed_slices:
             if header.node_name and header.node_name not in node_labels:
@@ -203,16 +208,21 @@ class ClusterSnapshot:
                     node_labels[node_name] = {}
         pools = _build_pools(parsed_slices)
         device_classes = {c.name: c for c in (_device_class(raw) for raw in classes)}
-        return cls(
+        snapshot = cls(
             pools,
             device_classes,
             node_labels,
             cel if cel is not None else default_environment(),
             verdicts if verdicts is not None else VerdictCache(),
         )
+        snapshot.unschedulable = frozenset(cordoned)
+        return snapshot
 
     def node_names(self) -> list[str]:
         return sorted(self.node_labels)
+
+    def schedulable_node_names(self) -> list[str]:
+        return [n for n in self.node_names() if n not in self.unschedulable]
 
     def device(self, driver: str, pool: str, name: str) -> Device | None:
         return self._by_name.get((driver, pool, name))

@@ -17,6 +17,7 @@ import structlog
 from kubernetes import dynamic
 
 from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
+from dra_driver.allocator.result import allocation_node
 
 log = structlog.get_logger(__name__)
 
@@ -42,14 +43,6 @@ def _claim_names(pod: Mapping[str, Any]) -> list[str] | None:
     return names
 
 
-def _node_of(allocation: Mapping[str, Any]) -> str | None:
-    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
-        for field in term.get("matchFields") or []:
-            if field.get("key") == "metadata.name" and field.get("values"):
-                return str(field["values"][0])
-    return None
-
-
 def reconcile_once(client: dynamic.DynamicClient) -> int:
     pods = client.resources.get(api_version="v1", kind="Pod")
     claims = client.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
@@ -59,14 +52,7 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
     all_claims = _items(claims)
     node_objects = _items(nodes)
     snapshot = ClusterSnapshot.build(_items(slices), _items(classes), node_objects)
-    schedulable = [
-        n
-        for n in snapshot.node_names()
-        if not any(
-            o["metadata"]["name"] == n and (o.get("spec") or {}).get("unschedulable")
-            for o in node_objects
-        )
-    ]
+    schedulable = snapshot.schedulable_node_names()
     placer = Placer(
         snapshot,
         Usage.from_claims(snapshot, all_claims),
@@ -91,7 +77,9 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
             continue  # its claims are not all there yet
         pod_claims = [by_key[(meta["namespace"], n)] for n in names]
         unallocated = [c for c in pod_claims if not (c.get("status") or {}).get("allocation")]
-        nodes_of = {_node_of(c["status"]["allocation"]) for c in pod_claims if c not in unallocated}
+        nodes_of = {
+            allocation_node(c["status"]["allocation"]) for c in pod_claims if c not in unallocated
+        }
         if unallocated:
             try:
                 placement = placer.place(unallocated)
