@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Allocator benchmarks (not part of the test suite): throughput, latency and memory on a
-# 500-node H100 cluster, then the fragmentation trace. Figures are recorded in docs/performance.md.
-# Usage: hack/bench.sh [--nodes N]   (extra arguments go to both benchmarks)
+# Benchmarks (not part of the test suite): allocator throughput, latency and memory on a
+# 500-node H100 cluster, the fragmentation trace, then the kubelet plugin's prepare/unprepare. Figures are recorded in docs/performance.md.
+# Usage: hack/bench.sh [--nodes N]   (extra arguments go to the two allocator benchmarks)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/venv.sh
@@ -13,3 +13,6 @@ python -m tests.bench.bench_allocator "$@"
 echo
 echo "==> fragmentation: claims placed before the first rejection"
 python -m tests.bench.bench_fragmentation "$@"
+echo
+echo "==> kubelet plugin: prepare/unprepare over gRPC"
+python -m tests.bench.bench_plugin

@@ -1,30 +1,14 @@
 #!/usr/bin/env bash
-# Quick start, part one: show what a node with fake GPUs publishes to Kubernetes.
-# Usage: hack/demo.sh [FAKE_SPEC]   (default: H100-SXM5-80GB:2)
+# Quick start, part one: run the driver end to end on the embedded local cluster with fake GPUs.
+# Two nodes with eight fake H100 each, one kubelet plugin process per node, the scheduler, claim
+# controller and kubelet stand-ins; the pods in deploy/examples/local are scheduled, prepared and
+# released, and every pod's node, devices and container environment are printed. Exits 0 only
+# when every example pod got what it asked for.
+# Usage: hack/demo.sh [--nodes N] [--gpus PROFILE:COUNT] [--verbose]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/venv.sh
 source "$ROOT/hack/venv.sh"
 cd "$ROOT"
 
-spec="${1:-H100-SXM5-80GB:2}"
-echo "==> ResourceSlices a node with fake GPUs ($spec) would publish:"
-dra-driver devices --fake "$spec" --node-name demo-node --output yaml
-echo
-echo "==> Summary (devices per slice):"
-dra-driver devices --fake "$spec" --node-name demo-node --output json >"$ROOT/.venv/demo-slices.json"
-python - "$ROOT/.venv/demo-slices.json" <<'PY'
-import json
-import sys
-from collections import Counter
-
-for item in json.load(open(sys.argv[1])):
-    name, spec = item["metadata"]["name"], item["spec"]
-    if spec.get("sharedCounters"):
-        sets = [c["name"] for c in spec["sharedCounters"]]
-        print(f"  {name}: counter sets {', '.join(sets)}")
-    else:
-        kinds = Counter(d["attributes"]["type"]["string"] for d in spec["devices"])
-        listed = ", ".join(f"{n} {k}" for k, n in kinds.items())
-        print(f"  {name}: {len(spec['devices'])} devices ({listed})")
-PY
+exec dra-driver local-cluster --demo deploy/examples/local "$@"

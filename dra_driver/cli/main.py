@@ -13,11 +13,15 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from dra_driver import __version__
-from dra_driver.cli import apiserver, devices
+from dra_driver.cli import apiserver, devices, local_cluster
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-BUILTIN: dict[str, Register] = {"apiserver": apiserver.register, "devices": devices.register}
+BUILTIN: dict[str, Register] = {
+    "apiserver": apiserver.register,
+    "devices": devices.register,
+    "local-cluster": local_cluster.register,
+}
 
 
 def _registered() -> dict[str, Register]:

@@ -10,7 +10,6 @@ is preempted; a pod that does not fit stays pending and is tried again on the ne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -18,6 +17,7 @@ from kubernetes import dynamic
 
 from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
 from dra_driver.allocator.result import allocation_node
+from dra_driver.localcluster.roles.pods import claim_names
 
 log = structlog.get_logger(__name__)
 
@@ -26,21 +26,6 @@ MERGE = "application/merge-patch+json"
 
 def _items(resource: Any) -> list[dict[str, Any]]:
     return list(resource.get().to_dict().get("items") or [])
-
-
-def _claim_names(pod: Mapping[str, Any]) -> list[str] | None:
-    """Names of the pod's claims, or None while a templated claim has not been created yet."""
-    made = {
-        s["name"]: s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    names: list[str] = []
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-        name = entry.get("resourceClaimName") or made.get(entry["name"])
-        if not name:
-            return None
-        names.append(str(name))
-    return names
 
 
 def reconcile_once(client: dynamic.DynamicClient) -> int:
@@ -72,7 +57,7 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
         pending, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
     ):
         meta = pod["metadata"]
-        names = _claim_names(pod)
+        names = claim_names(pod)
         if names is None or any((meta["namespace"], n) not in by_key for n in names):
             continue  # its claims are not all there yet
         pod_claims = [by_key[(meta["namespace"], n)] for n in names]

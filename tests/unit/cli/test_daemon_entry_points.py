@@ -1,19 +1,51 @@
-"""The daemon commands exist and say plainly that the daemons are not part of this version."""
+"""The daemon commands: the controller says plainly it is not part of this version; the plugin
+refuses to start without the settings it cannot guess."""
 
 from __future__ import annotations
 
 import pytest
 
 from controller.cli import main as controller_main
+from kubeletplugin.cli import build_parser, config_from_args
 from kubeletplugin.cli import main as plugin_main
 
 
+def test_controller_refuses_to_pretend(capsys):
+    assert controller_main([]) == 2
+    assert "controller" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
-    ("main", "word"), [(plugin_main, "node daemon"), (controller_main, "controller")]
+    ("argv", "word"),
+    [
+        ([], "--node-name"),
+        (["--node-name=n1"], "--fake-gpus"),
+        (["--node-name=n1", "--nvml", "--fake-gpus=A30-24GB:1"], "not allowed with"),
+        (["--node-name=n1", "--fake-gpus=A30-24GB:1", "--shapes=gpu,bogus"], "bogus"),
+        (["--node-name=n1", "--fake-gpus=A30-24GB:1", "--timeslice-shares=-1"], "0 or more"),
+    ],
 )
-def test_daemon_command_refuses_to_pretend(main, word, capsys):
-    assert main([]) == 2
+def test_plugin_refuses_incomplete_or_bad_flags(argv, word, capsys, monkeypatch):
+    for name in ("NODE_NAME", "DRA_FAKE_GPUS", "DRA_NVML"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as done:
+        plugin_main(argv)
+    assert done.value.code == 2
     assert word in capsys.readouterr().err
+
+
+def test_plugin_flags_default_from_the_environment(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    monkeypatch.setenv("DRA_FAKE_GPUS", "A30-24GB:2")
+    monkeypatch.setenv("DRA_SHAPES", "gpu,mig")
+    monkeypatch.setenv("POD_UID", "1234")
+    config = config_from_args(build_parser().parse_args(["--driver-name=gpu.example.com"]))
+    assert config.node_name == "gpu-node-7"
+    assert config.fake_gpus == "A30-24GB:2"
+    assert {s.value for s in config.shapes} == {"gpu", "mig"}
+    assert config.pod_uid == "1234"
+    assert str(config.plugin_dir) == "/var/lib/kubelet/plugins/gpu.example.com"
+    assert config.state_dir == config.plugin_dir
 
 
 @pytest.mark.parametrize("main", [plugin_main, controller_main])

@@ -1,0 +1,248 @@
+"""The node daemon: everything the kubelet plugin runs, wired together in start-up order.
+
+Order matters: recovery runs before the servers start (kubelet must never call into a plugin
+whose checkpoint disagrees with the GPUs), the first publication happens before registration
+(kubelet wipes a driver's slices while no instance is registered, and the scheduler needs them
+before any claim can reach this node), and on the way down the registration socket goes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import structlog
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends.base import GpuBackend
+from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake_state import read_boot_id
+from dra_driver.backends.nvml import NvmlBackend
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.checkpoint import CheckpointStore
+from dra_driver.events import NodeEvents
+from dra_driver.slices import Shape, SliceSettings, build_resource_slices
+from kubeletplugin.health import HealthMonitor
+from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
+from kubeletplugin.prepare.claims import KubernetesClaimSource
+from kubeletplugin.prepare.container_edits import DeviceNodes, HostDeviceNodes, NoDeviceNodes
+from kubeletplugin.prepare.faults import CrashPoints
+from kubeletplugin.prepare.preparer import Preparer
+from kubeletplugin.prepare.recovery import recover
+from kubeletplugin.publisher.loop import PublishLoop
+from kubeletplugin.publisher.plan import NodeOwner
+from kubeletplugin.publisher.publisher import SlicePublisher
+from kubeletplugin.publisher.store import KubernetesSliceStore
+from kubeletplugin.server.liveness import LivenessServer
+from kubeletplugin.server.servers import PluginServers
+
+log = structlog.get_logger(__name__)
+
+COMPONENT = "dra-kubelet-plugin"
+_MINOR = re.compile(r"gpu-(\d+)")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    node_name: str
+    driver_name: str = DEFAULT_DRIVER_NAME
+    kubeconfig: str | None = None
+    plugin_dir: Path = Path(f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}")
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    cdi_root: Path = Path("/var/run/cdi")
+    state_dir: Path = Path(f"/var/lib/kubelet/plugins/{DEFAULT_DRIVER_NAME}")
+    fake_gpus: str | None = None
+    # Where fake GPUs keep their state (live MIG instances, faults); shared with tests and tools.
+    fake_state_dir: Path | None = None
+    nvml: bool = False
+    shapes: frozenset[Shape] = frozenset(Shape)
+    timeslice_shares: int = 4
+    metrics_port: int | None = None
+    healthcheck_port: int | None = None
+    pod_uid: str | None = None
+    health_poll_s: float = 5.0
+    resync_s: float = 60.0
+    delete_slices_on_exit: bool = False
+    dev_root: Path = Path("/dev")
+    proc_root: Path = Path("/proc")
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """A client from the kubeconfig, or from the pod's service account when none is given."""
+    loader = cast(Any, kube_config)
+    if kubeconfig:
+        return cast(client.ApiClient, loader.new_client_from_config(config_file=kubeconfig))
+    loader.load_incluster_config()
+    return client.ApiClient()
+
+
+def make_backend(config: PluginConfig) -> GpuBackend:
+    if config.fake_gpus:
+        return FakeBackend.from_spec(
+            config.fake_gpus, config.node_name, state_dir=config.fake_state_dir
+        )
+    return NvmlBackend(config.node_name)
+
+
+def device_minors(slices: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Published device names with the minor of their GPU (every name starts `gpu-<minor>`)."""
+    found: dict[str, int] = {}
+    for obj in slices:
+        for device in (obj.get("spec") or {}).get("devices") or []:
+            match = _MINOR.match(str(device.get("name", "")))
+            if match:
+                found[str(device["name"])] = int(match.group(1))
+    return found
+
+
+class PluginDaemon:
+    """Holds the running parts so tests and the local cluster can reach them."""
+
+    def __init__(self, config: PluginConfig, api: client.ApiClient | None = None) -> None:
+        self.config = config
+        self.api = api if api is not None else api_client(config.kubeconfig)
+        self.metrics = PluginMetrics()
+        self.backend = make_backend(config)
+        self.boot_id = read_boot_id()
+        self.devices: dict[str, int] = {}
+        self.ready = asyncio.Event()
+        node: Any = client.CoreV1Api(self.api).read_node(config.node_name)
+        self.owner = NodeOwner(config.node_name, str(node.metadata.uid))
+        self.events = NodeEvents(self.api, config.node_name, self.owner.uid, COMPONENT)
+        nodes: DeviceNodes = (
+            NoDeviceNodes()
+            if config.fake_gpus
+            else HostDeviceNodes(config.dev_root, config.proc_root)
+        )
+        self.store = CheckpointStore(config.state_dir / "checkpoint.json")
+        self.claims = KubernetesClaimSource(self.api)
+        self.preparer = Preparer(
+            backend=self.backend,
+            claims=self.claims,
+            store=self.store,
+            cdi=CdiSpecDir(config.cdi_root),
+            device_nodes=nodes,
+            driver_name=config.driver_name,
+            node_name=config.node_name,
+            boot_id=self.boot_id,
+            crash=CrashPoints.from_environment(),
+            on_prepared_devices=self.metrics.set_prepared_devices,
+        )
+        self.health = HealthMonitor(
+            self.backend, config.driver_name, config.node_name, lambda: self.devices
+        )
+        self.publisher = SlicePublisher(
+            KubernetesSliceStore(self.api),
+            self.owner,
+            config.driver_name,
+            self._build,
+            warn=lambda message: self.events.warning("ResourceSliceFallback", message),
+        )
+        self.publish_loop = PublishLoop(self.publisher, resync_s=config.resync_s)
+        self.servers = PluginServers(
+            config.driver_name,
+            config.plugin_dir,
+            config.registry_dir,
+            self.preparer,
+            health_source=self.health,
+            pod_uid=config.pod_uid,
+            metrics=self.metrics,
+        )
+        self.liveness: LivenessServer | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None
+
+    def _build(self, partitionable: bool) -> list[dict[str, Any]]:
+        settings = SliceSettings(
+            driver_name=self.config.driver_name,
+            shapes=self.config.shapes,
+            timeslice_shares=self.config.timeslice_shares,
+            partitionable=partitionable,
+            node_uid=self.owner.uid,
+            dynamic_instances=self.preparer.dynamic_instances(),
+            taints=self.health.taints(),
+        )
+        slices = build_resource_slices(self.backend.inventory(), settings)
+        self.devices = device_minors(slices)
+        return slices
+
+    async def _health_changed(self) -> None:
+        self.publish_loop.request()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        config = self.config
+        report = await recover(
+            self.preparer,
+            self.store,
+            self.claims,
+            self.boot_id,
+            warn=lambda message: self.events.warning("CheckpointReset", message),
+        )
+        log.info(
+            "recovered",
+            rolled_back=len(report.rolled_back),
+            unprepared=len(report.unprepared),
+            kept=len(report.kept),
+            orphan_specs=len(report.orphan_specs),
+        )
+        await asyncio.to_thread(self.health.poll)
+        try:
+            await self.publish_loop.publish_now()
+        except Exception as err:  # the loop keeps trying; serving kubelet must not wait for it
+            log.error("first ResourceSlice publication failed", error=str(err))
+            self.publish_loop.request()
+        if config.metrics_port is not None:
+            self.metrics_endpoint = self.metrics.serve(config.metrics_port)
+        await self.servers.start()
+        if config.healthcheck_port is not None:
+            self.liveness = LivenessServer(
+                self.servers.registration_socket,
+                self.servers.dra_socket,
+                port=config.healthcheck_port,
+            )
+            await self.liveness.start()
+        tasks = [
+            asyncio.create_task(self.publish_loop.run(stop), name="publish"),
+            asyncio.create_task(
+                self.health.run(config.health_poll_s, self._health_changed, stop), name="health"
+            ),
+        ]
+        self.ready.set()
+        log.info(
+            "kubelet plugin running",
+            node=config.node_name,
+            driver=config.driver_name,
+            dra_socket=str(self.servers.dra_socket),
+            registration_socket=str(self.servers.registration_socket),
+        )
+        try:
+            await stop.wait()
+        finally:
+            await self.shutdown(tasks)
+
+    async def shutdown(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        await self.servers.stop(grace=1.0)
+        if self.liveness is not None:
+            await self.liveness.stop()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.config.delete_slices_on_exit:
+            try:
+                removed = await asyncio.to_thread(self.publisher.withdraw)
+                log.info("deleted this node's ResourceSlices", count=removed)
+            except Exception as err:
+                log.warning("cannot delete ResourceSlices on exit", error=str(err))
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.shutdown()
+        self.backend.close()
+        log.info("kubelet plugin stopped", node=self.config.node_name)

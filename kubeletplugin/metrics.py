@@ -1,0 +1,93 @@
+"""Prometheus metrics of the node plugin.
+
+Metrics live in a registry owned by :class:`PluginMetrics` rather than the process-wide default,
+so that several plugin instances (tests, the local cluster) can coexist in one process without
+clashing over metric names.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = structlog.get_logger(__name__)
+
+SUCCESS = "success"
+ERROR = "error"
+
+
+@dataclass
+class MetricsEndpoint:
+    """A running HTTP exposition server; call :meth:`shutdown` to free its port."""
+
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_port)
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+class PluginMetrics:
+    """Counters and timings of kubelet's calls, and the number of prepared devices."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.prepare_claims = Counter(
+            "dra_prepare_claims",
+            "Claims handled by NodePrepareResources, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.unprepare_claims = Counter(
+            "dra_unprepare_claims",
+            "Claims handled by NodeUnprepareResources, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.request_duration = Histogram(
+            "dra_grpc_request_duration_seconds",
+            "Time spent serving kubelet's gRPC calls.",
+            ["method", "version"],
+            registry=self.registry,
+        )
+        self.prepared_devices = Gauge(
+            "dra_prepared_devices",
+            "Devices currently prepared on this node.",
+            registry=self.registry,
+        )
+        # Pre-create the outcome series so a scrape shows zeros before the first call.
+        for outcome in (SUCCESS, ERROR):
+            self.prepare_claims.labels(outcome=outcome)
+            self.unprepare_claims.labels(outcome=outcome)
+
+    def record_prepare(self, error: str) -> None:
+        self.prepare_claims.labels(outcome=ERROR if error else SUCCESS).inc()
+
+    def record_unprepare(self, error: str) -> None:
+        self.unprepare_claims.labels(outcome=ERROR if error else SUCCESS).inc()
+
+    def observe_request(self, method: str, version: str, seconds: float) -> None:
+        self.request_duration.labels(method=method, version=version).observe(seconds)
+
+    def set_prepared_devices(self, n: int) -> None:
+        self.prepared_devices.set(n)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
+        """Start the HTTP exposition server in a thread; port 0 lets the OS choose."""
+        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        endpoint = MetricsEndpoint(server=server, thread=thread)
+        log.info("metrics endpoint listening", addr=addr, port=endpoint.port)
+        return endpoint
+
+
+__all__ = ["ERROR", "SUCCESS", "MetricsEndpoint", "PluginMetrics"]

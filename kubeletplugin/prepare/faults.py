@@ -1,0 +1,66 @@
+"""Crash points for the crash-recovery tests.
+
+Recovery is only believable if the plugin is really killed between two side effects, so the
+plugin can be told (environment variable `DRA_PLUGIN_CRASH_AT`, a comma-separated list of step
+names) to SIGKILL itself when it reaches a step. Nothing is cleaned up and no finally block runs,
+exactly like an OOM kill or a node-level kill. Unset, every check is one set lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+ENV_VAR = "DRA_PLUGIN_CRASH_AT"
+
+PREPARE_STARTED = "prepare-started"  # PrepareStarted saved, no side effect yet
+PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance created, no compute instance
+PREPARE_MIG_DEVICE = "prepare-mig-device"  # compute instance created too, not yet recorded
+PREPARE_MIG_RECORDED = "prepare-mig-recorded"  # the MIG device is in the checkpoint
+PREPARE_CDI_WRITTEN = "prepare-cdi-written"  # CDI spec written, still PrepareStarted
+PREPARE_COMPLETED = "prepare-completed"  # PrepareCompleted saved, answer not yet sent
+UNPREPARE_COMPUTE_INSTANCE = "unprepare-compute-instance"  # CI destroyed, GI still there
+UNPREPARE_MIG_DESTROYED = "unprepare-mig-destroyed"  # MIG device gone, record still there
+UNPREPARE_CDI_DELETED = "unprepare-cdi-deleted"  # CDI spec gone, record still there
+UNPREPARE_FORGOTTEN = "unprepare-forgotten"  # record dropped, answer not yet sent
+
+PREPARE_STEPS = (
+    PREPARE_STARTED,
+    PREPARE_GPU_INSTANCE,
+    PREPARE_MIG_DEVICE,
+    PREPARE_MIG_RECORDED,
+    PREPARE_CDI_WRITTEN,
+    PREPARE_COMPLETED,
+)
+UNPREPARE_STEPS = (
+    UNPREPARE_COMPUTE_INSTANCE,
+    UNPREPARE_MIG_DESTROYED,
+    UNPREPARE_CDI_DELETED,
+    UNPREPARE_FORGOTTEN,
+)
+STEPS = frozenset(PREPARE_STEPS + UNPREPARE_STEPS)
+
+
+class CrashPoints:
+    def __init__(self, steps: frozenset[str] = frozenset()) -> None:
+        unknown = sorted(steps - STEPS)
+        if unknown:
+            raise ValueError(
+                f"{ENV_VAR}: unknown step(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(STEPS))}"
+            )
+        self._steps = steps
+
+    @classmethod
+    def from_environment(cls) -> CrashPoints:
+        raw = os.environ.get(ENV_VAR, "")
+        return cls(frozenset(s.strip() for s in raw.split(",") if s.strip()))
+
+    def reached(self, step: str) -> None:
+        if step in self._steps:
+            log.warning("crash point reached, killing the plugin", step=step)
+            os.kill(os.getpid(), signal.SIGKILL)

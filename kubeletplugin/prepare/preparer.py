@@ -1,0 +1,561 @@
+"""The prepare/unprepare state machine.
+
+Every claim goes `PrepareStarted` (saved before the first side effect, with everything needed to
+undo it) → side effects → `PrepareCompleted` (saved before the answer goes back). Whatever step a
+crash interrupts, the checkpoint says what may exist, and rolling back a started claim is the
+same code as unpreparing a completed one. Claims of one call run concurrently; a lock per
+physical GPU serialises the MIG and time-slice changes that touch the same GPU, and a lock per
+claim UID makes a repeated call wait for the first one and then return its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from api import AllocatedDevice, ConfigError, resolve_device_configs
+from api.v1alpha1 import DeviceConfig
+from dra_driver.backends.base import GpuBackend, TimeSliceInterval
+from dra_driver.backends.errors import BackendError, InUseError, NotFoundError
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ClaimRecord,
+    ClaimState,
+    DeviceRecord,
+    MigInstanceRecord,
+)
+from dra_driver.inventory.model import Inventory
+from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
+from kubeletplugin.prepare import faults
+from kubeletplugin.prepare.claims import (
+    AllocatedResult,
+    ClaimAllocation,
+    ClaimError,
+    ClaimSource,
+    claim_label,
+    read_allocation,
+)
+from kubeletplugin.prepare.container_edits import DeviceNodes, HandedOut, cdi_id, claim_spec
+from kubeletplugin.prepare.sharing import (
+    MpsLimits,
+    ShareError,
+    config_limits,
+    granted_limits,
+    requested_interval,
+    strictest,
+    timeslice_users,
+)
+from kubeletplugin.prepare.targets import (
+    FractionalShare,
+    OnDemandMig,
+    StaticMig,
+    Target,
+    TimeSliceShare,
+    UnknownDeviceError,
+    resolve_target,
+    shape_of,
+)
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# Shapes that many claims may hold at once; every other device belongs to one claim.
+SHARED_SHAPES = frozenset({"shared"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    result: AllocatedResult
+    target: Target
+    record: DeviceRecord
+    limits: MpsLimits
+    sharing: str | None
+
+
+class Preparer:
+    """Implements the kubelet-facing `NodeDriver` contract on top of a GPU backend."""
+
+    def __init__(
+        self,
+        *,
+        backend: GpuBackend,
+        claims: ClaimSource,
+        store: CheckpointStore,
+        cdi: CdiSpecDir,
+        device_nodes: DeviceNodes,
+        driver_name: str,
+        node_name: str,
+        boot_id: str,
+        crash: faults.CrashPoints | None = None,
+        on_prepared_devices: Callable[[int], None] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._claims = claims
+        self._store = store
+        self._cdi = cdi
+        self._nodes = device_nodes
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.cdi_kind = f"{driver_name}/gpu"
+        self._crash = crash or faults.CrashPoints()
+        self._on_prepared = on_prepared_devices
+        self._checkpoint = Checkpoint(boot_id=boot_id, claims={})
+        self._inventory: Inventory | None = None
+        self._gpu_locks: dict[int, asyncio.Lock] = {}
+        self._claim_locks: dict[str, asyncio.Lock] = {}
+        self._save_lock = asyncio.Lock()
+        self._changes = 0
+        self._saved = 0
+
+    # ---- state ---------------------------------------------------------------------------
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._checkpoint
+
+    def adopt(self, checkpoint: Checkpoint) -> None:
+        """Start from a loaded checkpoint (recovery decides what to do with its claims)."""
+        self._checkpoint = checkpoint
+        self._report_prepared()
+
+    def dynamic_instances(self) -> frozenset[tuple[int, int]]:
+        """(minor, GI id) of every MIG instance a claim created: the publisher must not offer
+        them again as pre-created devices."""
+        return frozenset(
+            (instance.minor, instance.gi_id)
+            for record in self._checkpoint.claims.values()
+            for instance in record.mig_instances
+        )
+
+    async def _commit(self, checkpoint: Checkpoint) -> None:
+        """Make `checkpoint` current and durable before returning.
+
+        Saves are serialised and each writes the newest state, so a save that starts after a
+        change always includes it, whatever order concurrent claims finish in; claims that
+        change the checkpoint while a save runs share the next one.
+        """
+        self._checkpoint = checkpoint
+        self._changes += 1
+        wanted = self._changes
+        async with self._save_lock:
+            # Group commit: a save that began after this change may already have covered it.
+            if self._saved < wanted:
+                covered = self._changes
+                await asyncio.to_thread(self._store.save, self._checkpoint)
+                self._saved = covered
+        self._report_prepared()
+
+    def _report_prepared(self) -> None:
+        if self._on_prepared is not None:
+            self._on_prepared(
+                sum(
+                    len(r.devices)
+                    for r in self._checkpoint.claims.values()
+                    if r.state is ClaimState.PREPARE_COMPLETED
+                )
+            )
+
+    # ---- locks ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _locked_gpus(self, minors: Iterable[int]) -> AsyncIterator[None]:
+        # Always in ascending order, so two claims spanning the same GPUs cannot deadlock.
+        async with contextlib.AsyncExitStack() as stack:
+            for minor in sorted(set(minors)):
+                await stack.enter_async_context(self._gpu_locks.setdefault(minor, asyncio.Lock()))
+            yield
+
+    def _claim_lock(self, uid: str) -> asyncio.Lock:
+        return self._claim_locks.setdefault(uid, asyncio.Lock())
+
+    # ---- prepare -------------------------------------------------------------------------
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        outcomes = await asyncio.gather(*(self._prepare_guarded(ref) for ref in claims))
+        return {ref.uid: outcome for ref, outcome in zip(claims, outcomes, strict=True)}
+
+    async def _prepare_guarded(self, ref: ClaimRef) -> PrepareOutcome:
+        label = claim_label(ref.namespace, ref.name)
+        try:
+            async with self._claim_lock(ref.uid):
+                return await self._prepare_one(ref)
+        except (ClaimError, UnknownDeviceError, ShareError) as err:
+            message = str(err) if str(err).startswith(label) else f"{label}: {err}"
+        except BackendError as err:
+            message = f"{label}: {err}"
+        except Exception as err:  # the plugin must answer, whatever broke
+            log.exception("prepare failed unexpectedly", claim=label, uid=ref.uid)
+            message = f"{label}: internal error while preparing: {err}"
+        log.warning("prepare refused", claim=label, uid=ref.uid, error=message)
+        return PrepareOutcome(error=message)
+
+    async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
+        existing = self._checkpoint.claims.get(ref.uid)
+        if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
+            return outcome_of(existing)
+        label = claim_label(ref.namespace, ref.name)
+        claim = await asyncio.to_thread(self._claims.get, ref.namespace, ref.name)
+        if claim is None:
+            raise ClaimError(f"{label}: not found in the API server")
+        allocation = read_allocation(claim, ref.uid, self.driver_name, self.node_name)
+        if existing is not None:
+            # An earlier attempt stopped half-way (it failed, or the plugin restarted).
+            await self._undo(existing)
+        planned = await self._plan(ref, allocation)
+        minors = [p.target.gpu.minor for p in planned]
+        async with self._locked_gpus(minors):
+            self._check_exclusive(ref, planned)
+            record = ClaimRecord(
+                uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                state=ClaimState.PREPARE_STARTED,
+                devices=tuple(p.record for p in planned),
+            )
+            await self._commit(self._checkpoint.with_claim(record))
+            self._crash.reached(faults.PREPARE_STARTED)
+            try:
+                record = await self._apply(record, planned)
+            except BaseException:
+                try:
+                    await self._undo_locked(self._checkpoint.claims.get(ref.uid, record))
+                except Exception:
+                    # Left as PrepareStarted: the next attempt or the next start rolls it back.
+                    log.exception("rolling back a failed prepare failed", uid=ref.uid)
+                raise
+            record = replace(record, state=ClaimState.PREPARE_COMPLETED)
+            await self._commit(self._checkpoint.with_claim(record))
+            self._crash.reached(faults.PREPARE_COMPLETED)
+        log.info("claim prepared", claim=label, uid=ref.uid, devices=len(record.devices))
+        return outcome_of(record)
+
+    async def _plan(self, ref: ClaimRef, allocation: ClaimAllocation) -> list[_Planned]:
+        label = claim_label(ref.namespace, ref.name)
+        targets = [
+            (result, await self._resolve(result.device, label, result.where))
+            for result in allocation.results
+        ]
+        devices = [AllocatedDevice(r.request, r.device, t.device_type) for r, t in targets]
+        try:
+            configs = resolve_device_configs(allocation.config, devices, self.driver_name)
+        except ConfigError as err:
+            details = "; ".join(
+                f"status.allocation.devices.{problem.field}: {problem.reason}"
+                for problem in err.problems
+            )
+            raise ClaimError(f"{label}: invalid opaque config: {details}") from None
+        taken: dict[str, int] = {}
+        planned: list[_Planned] = []
+        for (result, target), device in zip(targets, devices, strict=True):
+            config = configs[device].config
+            cdi_name = f"{ref.uid}-{result.device}"
+            taken[cdi_name] = taken.get(cdi_name, 0) + 1
+            if taken[cdi_name] > 1:  # the same shareable device twice in one claim
+                cdi_name = f"{cdi_name}-{taken[cdi_name]}"
+            limits, sharing, interval = self._sharing(result, target, config, label)
+            record = DeviceRecord(
+                request_names=(result.base_request,),
+                pool_name=result.pool,
+                device_name=result.device,
+                cdi_device_ids=(cdi_id(self.cdi_kind, cdi_name),),
+                share_id=result.share_id,
+                shape=shape_of(target),
+                minor=target.gpu.minor,
+                timeslice_interval=interval,
+                mps_thread_percentage=limits.thread_percentage,
+                mps_pinned_memory_bytes=limits.pinned_memory_bytes,
+            )
+            planned.append(_Planned(result, target, record, limits, sharing))
+        return planned
+
+    def _sharing(
+        self, result: AllocatedResult, target: Target, config: DeviceConfig, label: str
+    ) -> tuple[MpsLimits, str | None, str | None]:
+        """MPS limits, the sharing description for the environment, and the time-slice interval
+        this device asks for (None: it does not take part in the GPU's time-slice setting)."""
+        if result.admin_access:
+            return MpsLimits(), None, None
+        if isinstance(target, FractionalShare):
+            limits = granted_limits(result.consumed_capacity, f"{label}: {result.where}")
+            return limits, _describe_mps(limits), None
+        interval = requested_interval(config)
+        if isinstance(target, TimeSliceShare):
+            chosen = interval or TimeSliceInterval.DEFAULT
+            return MpsLimits(), f"TimeSlicing:{_interval_name(chosen)}", _interval_name(chosen)
+        if interval is not None:  # a whole GPU shared by the claim's containers
+            return MpsLimits(), f"TimeSlicing:{_interval_name(interval)}", _interval_name(interval)
+        limits = config_limits(config, target.gpu.index, target.gpu.uuid)
+        if limits != MpsLimits():
+            return limits, _describe_mps(limits), None
+        return limits, None, None
+
+    def _check_exclusive(self, ref: ClaimRef, planned: Sequence[_Planned]) -> None:
+        holders: dict[str, ClaimRecord] = {}
+        for uid, record in self._checkpoint.claims.items():
+            if uid == ref.uid:
+                continue
+            for device in record.devices:
+                if device.shape not in SHARED_SHAPES:
+                    holders[device.device_name] = record
+        for item in planned:
+            if item.result.admin_access or item.record.shape in SHARED_SHAPES:
+                continue
+            holder = holders.get(item.result.device)
+            if holder is not None:
+                raise ClaimError(
+                    f"{claim_label(ref.namespace, ref.name)}: {item.result.where}.device "
+                    f"{item.result.device} is already prepared for ResourceClaim "
+                    f"{holder.namespace}/{holder.name} (uid {holder.uid}); it can serve one "
+                    "claim at a time"
+                )
+
+    async def _resolve(self, device: str, label: str, where: str) -> Target:
+        if self._inventory is None:
+            self._inventory = await asyncio.to_thread(self._backend.inventory)
+        try:
+            return resolve_target(self._inventory, device)
+        except UnknownDeviceError:
+            # Pre-created MIG devices come and go: look again before refusing.
+            self._inventory = await asyncio.to_thread(self._backend.inventory)
+        try:
+            return resolve_target(self._inventory, device)
+        except UnknownDeviceError as err:
+            raise ClaimError(f"{label}: {where}.device: {err}") from None
+
+    async def _apply(self, record: ClaimRecord, planned: Sequence[_Planned]) -> ClaimRecord:
+        uuids: dict[int, str] = {}
+        mig_ids: dict[int, tuple[int, int]] = {}
+        for position, item in enumerate(planned):
+            target = item.target
+            if isinstance(target, OnDemandMig) and not item.result.admin_access:
+                record, instance = await self._create_mig(record, target)
+                assert instance.uuid is not None and instance.ci_id is not None
+                uuids[position] = instance.uuid
+                mig_ids[position] = (instance.gi_id, instance.ci_id)
+            elif isinstance(target, StaticMig):
+                uuids[position] = target.uuid
+                mig_ids[position] = (target.gi_id, target.ci_id)
+            else:
+                uuids[position] = target.gpu.uuid
+        await self._apply_timeslices({r.minor for r in record.devices if r.timeslice_interval})
+        items = [
+            HandedOut(
+                cdi_name=item.record.cdi_device_ids[0].split("=", 1)[1],
+                device_name=item.result.device,
+                device_type=item.record.shape,
+                uuid=uuids[position],
+                parent_minor=item.target.gpu.minor,
+                mig_ids=mig_ids.get(position),
+                sharing=item.sharing,
+                extra_env=item.limits.environment(),
+            )
+            for position, item in enumerate(planned)
+        ]
+        spec = claim_spec(self.cdi_kind, items, self._nodes)
+        path = await asyncio.to_thread(self._cdi.write_claim_spec, record.uid, spec)
+        record = replace(record, cdi_spec=str(path))
+        self._checkpoint = self._checkpoint.with_claim(record)
+        self._crash.reached(faults.PREPARE_CDI_WRITTEN)
+        return record
+
+    async def _create_mig(
+        self, record: ClaimRecord, target: OnDemandMig
+    ) -> tuple[ClaimRecord, MigInstanceRecord]:
+        minor = target.gpu.minor
+        gi_id = await asyncio.to_thread(
+            self._backend.create_gpu_instance, minor, target.profile.name, target.placement
+        )
+        instance = MigInstanceRecord(
+            minor=minor,
+            profile=target.profile.name,
+            gi_id=gi_id,
+            ci_id=None,
+            uuid=None,
+            placement_start=target.placement.start,
+            placement_size=target.placement.size,
+        )
+        record = replace(record, mig_instances=(*record.mig_instances, instance))
+        await self._commit(self._checkpoint.with_claim(record))
+        self._crash.reached(faults.PREPARE_GPU_INSTANCE)
+        ci_id = await asyncio.to_thread(self._backend.create_compute_instance, minor, gi_id)
+        self._crash.reached(faults.PREPARE_MIG_DEVICE)
+        live = await asyncio.to_thread(self._backend.mig_devices, minor)
+        uuid = next((d.uuid for d in live if d.gi_id == gi_id and d.ci_id == ci_id), None)
+        if uuid is None:
+            raise NotFoundError(
+                f"{minor} ({target.gpu.uuid})",
+                f"create MIG device {target.profile.name} at {target.placement.start}",
+                f"GPU instance {gi_id} / compute instance {ci_id} vanished right after creation",
+            )
+        done = replace(instance, ci_id=ci_id, uuid=uuid)
+        record = replace(
+            record, mig_instances=tuple(done if i is instance else i for i in record.mig_instances)
+        )
+        await self._commit(self._checkpoint.with_claim(record))
+        self._crash.reached(faults.PREPARE_MIG_RECORDED)
+        return record, done
+
+    async def _apply_timeslices(self, minors: Iterable[int | None], *, without: str = "") -> None:
+        for minor in sorted(m for m in set(minors) if m is not None):
+            interval = strictest(timeslice_users(self._checkpoint.claims, minor, exclude=without))
+            await asyncio.to_thread(self._backend.set_timeslice, minor, interval)
+
+    # ---- unprepare and rollback ------------------------------------------------------------
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        errors = await asyncio.gather(*(self._unprepare_guarded(ref) for ref in claims))
+        return {ref.uid: error for ref, error in zip(claims, errors, strict=True)}
+
+    async def _unprepare_guarded(self, ref: ClaimRef) -> str:
+        label = claim_label(ref.namespace, ref.name)
+        try:
+            async with self._claim_lock(ref.uid):
+                record = self._checkpoint.claims.get(ref.uid)
+                if record is None:
+                    # Unknown means done; a spec left by a crash before the checkpoint knew
+                    # about the claim is removed all the same.
+                    await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
+                    return ""
+                await self._undo(record)
+            self._claim_locks.pop(ref.uid, None)
+            log.info("claim unprepared", claim=label, uid=ref.uid)
+            return ""
+        except InUseError as err:
+            message = f"{label}: {err} (the device is in use; kubelet retries unprepare)"
+        except BackendError as err:
+            message = f"{label}: {err}"
+        except Exception as err:
+            log.exception("unprepare failed unexpectedly", claim=label, uid=ref.uid)
+            message = f"{label}: internal error while unpreparing: {err}"
+        log.warning("unprepare failed", claim=label, uid=ref.uid, error=message)
+        return message
+
+    async def undo(self, record: ClaimRecord) -> None:
+        """Unprepare a completed claim or roll back a started one (recovery uses this)."""
+        async with self._claim_lock(record.uid):
+            await self._undo(record)
+
+    async def _undo(self, record: ClaimRecord) -> None:
+        minors = {d.minor for d in record.devices if d.minor is not None}
+        minors |= {i.minor for i in record.mig_instances}
+        async with self._locked_gpus(minors):
+            await self._undo_locked(record)
+
+    async def _undo_locked(self, record: ClaimRecord) -> None:
+        """Undo every side effect a claim may have had; each step tolerates "already undone".
+
+        A started claim may have created a GPU instance that the checkpoint never heard of (the
+        crash came between the create and the save), so for started claims the live instances
+        at its allocated placements are found and destroyed too.
+        """
+        destroyed = False
+        for instance in record.mig_instances:
+            await self._destroy_instance(instance.minor, instance.gi_id, instance.ci_id)
+            destroyed = True
+        if record.state is ClaimState.PREPARE_STARTED:
+            destroyed |= await self._destroy_unrecorded(record)
+        if destroyed:
+            self._crash.reached(faults.UNPREPARE_MIG_DESTROYED)
+        await self._apply_timeslices(
+            (d.minor for d in record.devices if d.timeslice_interval), without=record.uid
+        )
+        await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
+        self._crash.reached(faults.UNPREPARE_CDI_DELETED)
+        await self._commit(self._checkpoint.without_claim(record.uid))
+        self._crash.reached(faults.UNPREPARE_FORGOTTEN)
+
+    async def _destroy_instance(self, minor: int, gi_id: int, ci_id: int | None) -> None:
+        """Compute instance first, then the GPU instance; "not found" counts as done.
+
+        Without a recorded CI id (the crash came between creating the compute instance and
+        saving it) the GPU instance's live compute instances are looked up and destroyed.
+        """
+        if ci_id is not None:
+            ci_ids: tuple[int, ...] = (ci_id,)
+        else:
+            live = await asyncio.to_thread(self._backend.gpu_instances, minor)
+            ci_ids = next((gi.ci_ids for gi in live if gi.gi_id == gi_id), ())
+        for each in ci_ids:
+            with contextlib.suppress(NotFoundError):
+                await asyncio.to_thread(self._backend.destroy_compute_instance, minor, gi_id, each)
+            self._crash.reached(faults.UNPREPARE_COMPUTE_INSTANCE)
+        with contextlib.suppress(NotFoundError):
+            await asyncio.to_thread(self._backend.destroy_gpu_instance, minor, gi_id)
+
+    async def _destroy_unrecorded(self, record: ClaimRecord) -> bool:
+        recorded = {(i.minor, i.gi_id) for i in record.mig_instances}
+        owned = self.dynamic_instances() - recorded
+        destroyed = False
+        for device in record.devices:
+            if device.shape != "mig" or device.minor is None:
+                continue
+            if self._inventory is None:
+                self._inventory = await asyncio.to_thread(self._backend.inventory)
+            inventory = self._inventory
+            target = resolve_target(inventory, device.device_name)
+            if not isinstance(target, OnDemandMig):
+                continue
+            live = await asyncio.to_thread(self._backend.gpu_instances, device.minor)
+            for instance in live:
+                key = (instance.parent_minor, instance.gi_id)
+                if (
+                    instance.profile == target.profile.name
+                    and instance.placement == target.placement
+                    and key not in recorded
+                    and key not in owned
+                ):
+                    await self._destroy_instance(device.minor, instance.gi_id, None)
+                    destroyed = True
+        return destroyed
+
+    def cdi_specs(self) -> dict[str, Path]:
+        return self._cdi.claim_specs(self.cdi_kind)
+
+    async def reapply_timeslices(self, minors: Iterable[int]) -> None:
+        async with self._locked_gpus(minors):
+            await self._apply_timeslices(minors)
+
+
+def outcome_of(record: ClaimRecord) -> PrepareOutcome:
+    return PrepareOutcome(
+        devices=tuple(
+            PreparedDevice(
+                request_names=d.request_names,
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=d.cdi_device_ids,
+                share_id=d.share_id,
+            )
+            for d in record.devices
+        )
+    )
+
+
+def _interval_name(interval: TimeSliceInterval) -> str:
+    return interval.name.capitalize()
+
+
+def _describe_mps(limits: MpsLimits) -> str:
+    parts = ["MPS"]
+    if limits.thread_percentage is not None:
+        parts.append(f"threads={limits.thread_percentage}%")
+    if limits.pinned_memory_bytes is not None:
+        parts.append(f"pinnedMemory={limits.pinned_memory_bytes // (1 << 20)}Mi")
+    return ":".join(parts)
+
+
+def record_minors(records: Mapping[str, ClaimRecord]) -> set[int]:
+    minors: set[int] = set()
+    for record in records.values():
+        minors |= {d.minor for d in record.devices if d.minor is not None}
+        minors |= {i.minor for i in record.mig_instances}
+    return minors

@@ -1,0 +1,75 @@
+"""The README's first command: the example pods through the whole local cluster."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import yaml
+
+from dra_driver.localcluster.demo import run_demo
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples" / "local"
+
+
+async def test_every_example_pod_is_prepared_and_released() -> None:
+    out = io.StringIO()
+    code = await run_demo([EXAMPLES], nodes=2, gpus="H100-SXM5-80GB:8", timeout_s=60, out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "all 5 example pods got their devices and released them" in text
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in text
+    assert "_SHARING=TimeSlicing:Short" in text
+    assert "_MIG_1G10GB_" in text
+
+
+async def test_a_pod_that_cannot_fit_fails_the_demo(tmp_path: Path) -> None:
+    greedy = tmp_path / "greedy.yaml"
+    greedy.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "nine-gpus"},
+                    "spec": {
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {
+                                        "name": "gpus",
+                                        "exactly": {
+                                            "deviceClassName": "gpu.dra-driver.dev",
+                                            "count": 9,
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "greedy"},
+                    "spec": {
+                        "containers": [{"name": "c", "image": "x"}],
+                        "resourceClaims": [
+                            {"name": "gpus", "resourceClaimTemplateName": "nine-gpus"}
+                        ],
+                    },
+                },
+            ]
+        )
+    )
+    out = io.StringIO()
+    code = await run_demo(
+        [EXAMPLES / "deviceclasses.yaml", greedy],
+        nodes=1,
+        gpus="H100-SXM5-80GB:8",
+        timeout_s=3,
+        out=out,
+    )
+    assert code == 1
+    assert "FAILED default/greedy" in out.getvalue()
+    assert "not scheduled" in out.getvalue()

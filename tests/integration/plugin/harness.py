@@ -1,0 +1,169 @@
+"""A kubelet plugin on fake GPUs against the embedded API server, and the helpers tests need to
+act as the scheduler (allocated claims) and as kubelet (gRPC over the plugin's real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends.fake import FakeBackend
+from dra_driver.localcluster.apiserver import ApiServer
+from kubeletplugin.daemon import PluginConfig, PluginDaemon
+
+DRIVER = DEFAULT_DRIVER_NAME
+MERGE = "application/merge-patch+json"
+_NAMES = itertools.count()
+
+
+@contextlib.contextmanager
+def short_dir() -> Iterator[Path]:
+    """Socket paths are limited to 108 bytes; pytest's tmp_path can be longer."""
+    with tempfile.TemporaryDirectory(prefix="dra-", dir="/tmp") as d:
+        yield Path(d)
+
+
+def create_node(api: client.ApiClient, name: str) -> str:
+    node: Any = client.CoreV1Api(api).create_node(
+        client.V1Node(metadata=client.V1ObjectMeta(name=name))
+    )
+    return str(node.metadata.uid)
+
+
+def result(
+    request: str,
+    device: str,
+    pool: str,
+    *,
+    driver: str = DRIVER,
+    share_id: str | None = None,
+    consumed: Mapping[str, str] | None = None,
+    admin: bool = False,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if share_id:
+        entry["shareID"] = share_id
+    if consumed:
+        entry["consumedCapacity"] = dict(consumed)
+    if admin:
+        entry["adminAccess"] = True
+    return entry
+
+
+def opaque(parameters: Mapping[str, Any], requests: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "source": "FromClaim",
+        "requests": list(requests),
+        "opaque": {"driver": DRIVER, "parameters": dict(parameters)},
+    }
+
+
+def create_claim(
+    api: client.ApiClient,
+    results: Sequence[Mapping[str, Any]] | None,
+    config: Sequence[Mapping[str, Any]] = (),
+    *,
+    namespace: str = "default",
+    name: str | None = None,
+) -> tuple[str, str]:
+    """A claim as the scheduler leaves it: allocated with `results` (None: not allocated)."""
+    objects = client.CustomObjectsApi(api)
+    name = name or f"claim-{next(_NAMES)}"
+    requests = sorted({str(r["request"]).split("/")[0] for r in results or []}) or ["gpu"]
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": r, "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}
+                    for r in requests
+                ]
+            }
+        },
+    }
+    made: Any = objects.create_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaims", body
+    )
+    if results is not None:
+        status = {
+            "allocation": {"devices": {"results": list(results), "config": list(config)}},
+        }
+        objects.patch_namespaced_custom_object_status(
+            "resource.k8s.io",
+            "v1",
+            namespace,
+            "resourceclaims",
+            name,
+            {"status": status},
+            _content_type=MERGE,
+        )
+    return name, str(made["metadata"]["uid"])
+
+
+def delete_claim(api: client.ApiClient, name: str, namespace: str = "default") -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        "resource.k8s.io", "v1", namespace, "resourceclaims", name
+    )
+
+
+@dataclass
+class RunningPlugin:
+    daemon: PluginDaemon
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    @property
+    def backend(self) -> FakeBackend:
+        backend = self.daemon.backend
+        assert isinstance(backend, FakeBackend)
+        return backend
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.daemon.servers.dra_socket
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.daemon.servers.registration_socket
+
+
+@contextlib.asynccontextmanager
+async def running_plugin(
+    server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+) -> AsyncIterator[RunningPlugin]:
+    config = PluginConfig(
+        node_name=node,
+        kubeconfig=None,
+        plugin_dir=root / "plugins" / node,
+        registry_dir=root / "registry" / node,
+        cdi_root=root / "cdi" / node,
+        state_dir=root / "state" / node,
+        fake_gpus=gpus,
+        health_poll_s=0.05,
+        **extra,
+    )
+    api = client.ApiClient(client.Configuration(host=server.url))
+    daemon = await asyncio.to_thread(PluginDaemon, config, api)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    ready = asyncio.create_task(daemon.ready.wait())
+    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        ready.cancel()
+        task.result()  # raises the start-up error
+    try:
+        yield RunningPlugin(daemon, stop, task)
+    finally:
+        stop.set()
+        await task
+        api.close()

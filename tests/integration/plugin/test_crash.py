@@ -1,0 +1,251 @@
+"""SIGKILL the plugin at every step of prepare and unprepare, restart it, and check the node.
+
+The plugin runs as a real process (`python -m kubeletplugin.cli`) with fake GPUs whose state
+lives in files, so MIG instances outlive it exactly as real ones outlive a crashed driver. After
+the restart the fake GPUs must hold exactly the MIG instances of completed claims, and kubelet's
+retried call must get the same CDI device IDs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from kubernetes import client
+
+from dra_driver.backends.fake import FakeBackend
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.kubeletapi.client import DraClient, RegistrationClient
+from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.localcluster.apiserver import ApiServer
+from kubeletplugin.prepare import faults
+from tests.integration.plugin.harness import (
+    DRIVER,
+    create_claim,
+    create_node,
+    delete_claim,
+    result,
+    short_dir,
+)
+
+NODE = "crash-node"
+GPUS = "H100-SXM5-80GB:2"
+START_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+class PluginProcess:
+    def __init__(self, server: ApiServer, root: Path) -> None:
+        self.root = root
+        self.kubeconfig = root / "kubeconfig"
+        server.write_kubeconfig(self.kubeconfig)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.root / "plugin" / "dra.sock"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.root / "registry" / f"{DRIVER}-reg.sock"
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.root / "cdi"
+
+    def gpus(self) -> FakeBackend:
+        """Another view of the same fake GPUs, as a second NVML client would see them."""
+        return FakeBackend.from_spec(GPUS, NODE, state_dir=self.root / "fake")
+
+    async def start(self, crash_at: str | None = None) -> None:
+        env = dict(os.environ)
+        env.pop(faults.ENV_VAR, None)
+        if crash_at:
+            env[faults.ENV_VAR] = crash_at
+        argv = [
+            sys.executable,
+            "-m",
+            "kubeletplugin.cli",
+            f"--node-name={NODE}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--plugin-dir={self.root / 'plugin'}",
+            f"--registry-dir={self.root / 'registry'}",
+            f"--cdi-root={self.cdi_root}",
+            f"--state-dir={self.root / 'state'}",
+            f"--fake-state-dir={self.root / 'fake'}",
+            f"--fake-gpus={GPUS}",
+            "--log-format=json",
+        ]
+        log = (self.root / "plugin.log").open("ab")
+        self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
+        await self._registered()
+
+    async def _registered(self) -> None:
+        """Ready means kubelet could register it: the registration socket answers GetInfo."""
+        assert self.proc is not None
+        deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"plugin exited with {self.proc.returncode}: {self.log()}")
+            if self.registration_socket.exists():
+                try:
+                    async with RegistrationClient(self.registration_socket, 2.0) as reg:
+                        await reg.get_info()
+                    return
+                except grpc.aio.AioRpcError:
+                    pass
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"plugin did not register in time: {self.log()}")
+            await asyncio.sleep(0.05)  # polling a condition, with a deadline
+
+    def log(self) -> str:
+        return (self.root / "plugin.log").read_text(errors="replace")[-3000:]
+
+    async def killed(self) -> None:
+        assert self.proc is not None
+        code = await asyncio.to_thread(self.proc.wait, 30)
+        assert code == -signal.SIGKILL, f"expected a SIGKILL, got {code}: {self.log()}"
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(self.proc.wait, 30)
+            assert code == 0, self.log()
+
+
+@pytest.fixture
+async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[PluginProcess]:
+    with short_dir() as root:
+        running = PluginProcess(server, root)
+        try:
+            yield running
+        finally:
+            if running.proc is not None and running.proc.poll() is None:
+                running.proc.kill()
+                running.proc.wait()
+
+
+def mig_claim(api: client.ApiClient, device: str, other: str) -> ClaimRef:
+    name, uid = create_claim(
+        api, [result("mig", device, NODE), result("ts", other, NODE)], name=None
+    )
+    return ClaimRef("default", uid, name)
+
+
+def expected_ids(ref: ClaimRef, *devices: str) -> list[str]:
+    return [f"{DRIVER}/gpu={ref.uid}-{d}" for d in devices]
+
+
+def instances(plugin: PluginProcess) -> set[tuple[int, str, int]]:
+    gpus = plugin.gpus()
+    return {
+        (gi.parent_minor, gi.profile, gi.placement.start)
+        for minor in (0, 1)
+        for gi in gpus.gpu_instances(minor)
+    }
+
+
+async def prepare(plugin: PluginProcess, ref: ClaimRef) -> list[str]:
+    async with DraClient(plugin.dra_socket) as dra:
+        outcome = (await dra.prepare([ref]))[ref.uid]
+    assert outcome.error == "", outcome.error
+    return [i for d in outcome.devices for i in d.cdi_device_ids]
+
+
+@pytest.mark.parametrize("step", faults.PREPARE_STEPS)
+async def test_crash_during_prepare(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    claim = mig_claim(api, "gpu-0-mig-2g20gb-2", "gpu-1-ts-0")
+    await plugin.start(crash_at=step)
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.prepare([claim])
+    await plugin.killed()
+
+    await plugin.start()
+    if step == faults.PREPARE_COMPLETED:
+        # The claim completed before the crash: it stays, instance and all.
+        assert instances(plugin) == {(0, "2g.20gb", 2)}
+    else:
+        # Rolled back at start-up: nothing half-made survives.
+        assert instances(plugin) == set()
+    ids = await prepare(plugin, claim)
+    assert ids == expected_ids(claim, "gpu-0-mig-2g20gb-2", "gpu-1-ts-0")
+    assert await prepare(plugin, claim) == ids
+    assert instances(plugin) == {(0, "2g.20gb", 2)}
+    await plugin.stop()
+
+
+@pytest.mark.parametrize("step", faults.UNPREPARE_STEPS)
+async def test_crash_during_unprepare(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    kept = mig_claim(api, "gpu-0-mig-3g40gb-4", "gpu-1-ts-1")
+    going = mig_claim(api, "gpu-0-mig-1g10gb-0", "gpu-1-ts-2")
+    await plugin.start()
+    kept_ids = await prepare(plugin, kept)
+    await prepare(plugin, going)
+    assert instances(plugin) == {(0, "3g.40gb", 4), (0, "1g.10gb", 0)}
+    await plugin.stop()
+
+    await plugin.start(crash_at=step)
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.unprepare([going])
+    await plugin.killed()
+
+    await plugin.start()
+    async with DraClient(plugin.dra_socket) as dra:
+        assert (await dra.unprepare([going])) == {going.uid: ""}
+    assert instances(plugin) == {(0, "3g.40gb", 4)}
+    assert set(CdiSpecDir(plugin.cdi_root).claim_specs(f"{DRIVER}/gpu")) == {kept.uid}
+    # The claim that was never touched answers exactly as before.
+    assert await prepare(plugin, kept) == kept_ids
+    await plugin.stop()
+
+
+async def test_claims_deleted_while_down_are_unprepared_at_start(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    kept = mig_claim(api, "gpu-0-mig-3g40gb-4", "gpu-1-ts-1")
+    going = mig_claim(api, "gpu-0-mig-1g10gb-0", "gpu-1-ts-2")
+    await plugin.start()
+    await prepare(plugin, kept)
+    await prepare(plugin, going)
+    assert plugin.proc is not None
+    plugin.proc.kill()
+    plugin.proc.wait()
+    delete_claim(api, going.name)
+    await plugin.start()
+    assert instances(plugin) == {(0, "3g.40gb", 4)}
+    assert set(CdiSpecDir(plugin.cdi_root).claim_specs(f"{DRIVER}/gpu")) == {kept.uid}
+    await plugin.stop()
+
+
+async def test_corrupt_checkpoint_is_reset_with_a_warning_event(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    await plugin.start()
+    await plugin.stop()
+    checkpoint = plugin.root / "state" / "checkpoint.json"
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_text('{"version": 1, "checksum": "nope", "data": {}}')
+    await plugin.start()
+    events: list[client.CoreV1Event] = list(
+        client.CoreV1Api(api).list_namespaced_event("default").items or []
+    )
+    reasons = [(e.reason, e.involved_object.name) for e in events if e.involved_object is not None]
+    assert ("CheckpointReset", NODE) in reasons
+    await plugin.stop()

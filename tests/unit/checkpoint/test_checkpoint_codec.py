@@ -1,0 +1,247 @@
+"""The checkpoint format: round trips, compatibility rules and what counts as damage."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dra_driver.checkpoint import (
+    CURRENT_VERSION,
+    UPGRADERS,
+    Checkpoint,
+    ClaimRecord,
+    ClaimState,
+    CorruptCheckpointError,
+    DeviceRecord,
+    EncodeCache,
+    MigInstanceRecord,
+    NewerCheckpointError,
+    decode_checkpoint,
+    encode_checkpoint,
+)
+from dra_driver.checkpoint.codec import canonical_json, checkpoint_to_data, checksum
+
+SOURCE = "/var/lib/plugin/checkpoint.json"
+
+_text = st.text(max_size=12)
+_optional_int = st.none() | st.integers(min_value=0, max_value=2**40)
+_devices = st.builds(
+    DeviceRecord,
+    request_names=st.tuples(_text) | st.tuples(_text, _text),
+    pool_name=_text,
+    device_name=_text,
+    cdi_device_ids=st.lists(_text, max_size=3).map(tuple),
+    share_id=st.none() | _text,
+    shape=st.sampled_from(["", "gpu", "mig", "timeslice", "shared", "static-mig"]),
+    minor=_optional_int,
+    timeslice_interval=st.none() | st.sampled_from(["Default", "Short", "Medium", "Long"]),
+    mps_thread_percentage=_optional_int,
+    mps_pinned_memory_bytes=_optional_int,
+)
+_mig = st.builds(
+    MigInstanceRecord,
+    minor=st.integers(0, 15),
+    profile=_text,
+    gi_id=st.integers(0, 14),
+    ci_id=st.none() | st.integers(0, 7),
+    uuid=st.none() | _text,
+    placement_start=st.integers(0, 7),
+    placement_size=st.integers(1, 8),
+)
+
+
+@st.composite
+def _checkpoints(draw: st.DrawFn) -> Checkpoint:
+    checkpoint = Checkpoint(boot_id=draw(_text))
+    for uid in draw(st.lists(_text, max_size=4, unique=True)):
+        checkpoint = checkpoint.with_claim(
+            ClaimRecord(
+                uid=uid,
+                namespace=draw(_text),
+                name=draw(_text),
+                state=draw(st.sampled_from(ClaimState)),
+                devices=tuple(draw(st.lists(_devices, max_size=3))),
+                mig_instances=tuple(draw(st.lists(_mig, max_size=2))),
+                cdi_spec=draw(st.none() | _text),
+            )
+        )
+    return checkpoint
+
+
+@settings(max_examples=60, deadline=None)
+@given(_checkpoints())
+def test_round_trip(checkpoint: Checkpoint) -> None:
+    text = encode_checkpoint(checkpoint)
+    assert decode_checkpoint(text, SOURCE) == checkpoint
+    # The file is the canonical form, with the checksum over exactly its data.
+    document = json.loads(text)
+    assert document["checksum"] == checksum(canonical_json(document["data"]))
+
+
+def _claim(uid: str, name: str = "claim") -> ClaimRecord:
+    return ClaimRecord(uid=uid, namespace="ns", name=name, state=ClaimState.PREPARE_STARTED)
+
+
+def test_cached_encoding_matches_plain_encoding_as_claims_change() -> None:
+    cache = EncodeCache()
+    checkpoint = Checkpoint(boot_id="boot")
+    for uid in ("b", "a", "c"):
+        checkpoint = checkpoint.with_claim(_claim(uid))
+        assert encode_checkpoint(checkpoint, cache) == encode_checkpoint(checkpoint)
+    # A replaced record with the same UID is re-encoded, not served from the cache.
+    checkpoint = checkpoint.with_claim(_claim("a", name="renamed"))
+    assert '"renamed"' in encode_checkpoint(checkpoint, cache)
+    checkpoint = checkpoint.without_claim("b")
+    assert encode_checkpoint(checkpoint, cache) == encode_checkpoint(checkpoint)
+    assert canonical_json(checkpoint_to_data(checkpoint)) in encode_checkpoint(checkpoint, cache)
+
+
+def test_with_and_without_claim_do_not_mutate() -> None:
+    empty = Checkpoint(boot_id="boot")
+    one = empty.with_claim(_claim("a"))
+    assert empty.claims == {}
+    assert set(one.claims) == {"a"}
+    assert one.without_claim("a").claims == {}
+    assert set(one.claims) == {"a"}
+    assert one.without_claim("missing") is one
+
+
+def test_every_version_up_to_the_current_one_has_an_upgrader() -> None:
+    assert set(UPGRADERS) == set(range(1, CURRENT_VERSION + 1))
+
+
+def _document(data: dict[str, Any], version: int = CURRENT_VERSION) -> str:
+    return json.dumps(
+        {"version": version, "checksum": checksum(canonical_json(data)), "data": data}
+    )
+
+
+def test_optional_fields_default_and_unknown_keys_are_ignored() -> None:
+    data = {
+        "bootId": "boot",
+        "futureTopLevel": {"x": 1},
+        "claims": {
+            "u": {
+                "uid": "u",
+                "namespace": "ns",
+                "name": "n",
+                "state": "PrepareCompleted",
+                "futureClaimField": [1, 2],
+                "devices": [
+                    {
+                        "requestNames": ["r"],
+                        "poolName": "p",
+                        "deviceName": "gpu-0",
+                        "cdiDeviceIds": [],
+                        "futureDeviceField": True,
+                    }
+                ],
+                "migInstances": [
+                    {
+                        "minor": 0,
+                        "profile": "1g.10gb",
+                        "giId": 1,
+                        "placementStart": 0,
+                        "placementSize": 1,
+                    }
+                ],
+            }
+        },
+    }
+    decoded = decode_checkpoint(_document(data), SOURCE)
+    record = decoded.claims["u"]
+    assert record.devices == (DeviceRecord(("r",), "p", "gpu-0", ()),)
+    assert record.devices[0].shape == ""
+    assert record.mig_instances == (MigInstanceRecord(0, "1g.10gb", 1, None, None, 0, 1),)
+    assert record.cdi_spec is None
+
+
+def test_newer_version_is_refused_not_reset() -> None:
+    text = _document({"bootId": "b", "claims": {}}, version=CURRENT_VERSION + 1)
+    with pytest.raises(
+        NewerCheckpointError, match=f"{SOURCE}: format version 2 is newer"
+    ) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert caught.value.version == CURRENT_VERSION + 1
+    assert not isinstance(caught.value, CorruptCheckpointError)
+
+
+_GOOD: dict[str, Any] = {
+    "bootId": "b",
+    "claims": {"u": {"uid": "u", "namespace": "n", "name": "c", "state": "PrepareStarted"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "not valid JSON"),
+        ('{"version": 1, "checksum": "ab", "data": {', "not valid JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        ("[1, 2]", "top level is not a JSON object"),
+        ('{"checksum": "x", "data": {}}', "'version' is missing or not an integer"),
+        ('{"version": "1", "checksum": "x", "data": {}}', "'version' is missing or not an integer"),
+        ('{"version": true, "checksum": "x", "data": {}}', "'version' is missing"),
+        ('{"version": 0, "checksum": "x", "data": {}}', "format version 0 was never written"),
+        ('{"version": 1, "checksum": "x", "data": []}', "'data' is missing or not an object"),
+        (json.dumps({"version": 1, "data": _GOOD}), "'checksum' is missing"),
+        (
+            json.dumps({"version": 1, "checksum": "0" * 64, "data": _GOOD}),
+            "checksum mismatch",
+        ),
+        (_document({"claims": {}}), "data.bootId: missing"),
+        (_document({"bootId": 5, "claims": {}}), "data.bootId: expected a string, found int"),
+        (_document({"bootId": "b", "claims": []}), "data.claims: expected an object, found list"),
+        (
+            _document({"bootId": "b", "claims": {"u": {**_GOOD["claims"]["u"], "state": "Done"}}}),
+            "data.claims['u'].state: unknown state 'Done'",
+        ),
+        (
+            _document({"bootId": "b", "claims": {"v": _GOOD["claims"]["u"]}}),
+            "data.claims['v'].uid: 'u' differs from its key",
+        ),
+        (
+            _document(
+                {"bootId": "b", "claims": {"u": {**_GOOD["claims"]["u"], "devices": [{"x": 1}]}}}
+            ),
+            "data.claims['u'].devices[0].requestNames: missing",
+        ),
+        (
+            _document(
+                {
+                    "bootId": "b",
+                    "claims": {
+                        "u": {
+                            **_GOOD["claims"]["u"],
+                            "migInstances": [
+                                {
+                                    "minor": -1,
+                                    "profile": "p",
+                                    "giId": 1,
+                                    "placementStart": 0,
+                                    "placementSize": 1,
+                                }
+                            ],
+                        }
+                    },
+                }
+            ),
+            "data.claims['u'].migInstances[0].minor: expected a non-negative integer",
+        ),
+    ],
+)
+def test_damage_is_reported_as_corruption_naming_file_and_field(
+    text: str | bytes, fragment: str
+) -> None:
+    with pytest.raises(CorruptCheckpointError) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert str(caught.value).startswith(f"checkpoint {SOURCE}: ")
+    assert fragment in str(caught.value)
+
+
+def test_valid_documents_used_above_do_decode() -> None:
+    assert set(decode_checkpoint(_document(_GOOD), SOURCE).claims) == {"u"}
