@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -72,6 +72,12 @@ T = TypeVar("T")
 SHARED_SHAPES = frozenset({"shared"})
 
 
+@dataclass(slots=True)
+class _ClaimLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Planned:
     result: AllocatedResult
@@ -111,7 +117,7 @@ class Preparer:
         self._checkpoint = Checkpoint(boot_id=boot_id, claims={})
         self._inventory: Inventory | None = None
         self._gpu_locks: dict[int, asyncio.Lock] = {}
-        self._claim_locks: dict[str, asyncio.Lock] = {}
+        self._claim_locks: dict[str, _ClaimLock] = {}
         self._save_lock = asyncio.Lock()
         self._changes = 0
         self._saved = 0
@@ -174,8 +180,19 @@ class Preparer:
                 await stack.enter_async_context(self._gpu_locks.setdefault(minor, asyncio.Lock()))
             yield
 
-    def _claim_lock(self, uid: str) -> asyncio.Lock:
-        return self._claim_locks.setdefault(uid, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _claim_lock(self, uid: str) -> AsyncIterator[None]:
+        """One operation per claim at a time; the lock lives only while someone holds or waits
+        for it, so a node that sees many claims over months does not keep one per claim."""
+        entry = self._claim_locks.setdefault(uid, _ClaimLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._claim_locks[uid]
 
     # ---- prepare -------------------------------------------------------------------------
 
@@ -426,7 +443,6 @@ class Preparer:
                     await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
                     return ""
                 await self._undo(record)
-            self._claim_locks.pop(ref.uid, None)
             log.info("claim unprepared", claim=label, uid=ref.uid)
             return ""
         except InUseError as err:

@@ -130,8 +130,9 @@ async def test_mig_in_use_fails_unprepare_until_released(
     assert backend.gpu_instances(1) == ()
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 async def test_static_mig_device_is_handed_out_and_kept(
-    plugin: RunningPlugin, api: client.ApiClient
+    plugin: RunningPlugin, api: client.ApiClient, version: str
 ) -> None:
     from dra_driver.backends.mig import create_mig_device
 
@@ -139,7 +140,7 @@ async def test_static_mig_device_is_handed_out_and_kept(
     made = create_mig_device(backend, 1, "3g.40gb", MigPlacement(4, 4))
     device = f"gpu-1-mig-{made.gi_id}-{made.ci_id}"
     name, uid = create_claim(api, [result("mig", device, NODE)])
-    async with DraClient(plugin.dra_socket) as dra:
+    async with DraClient(plugin.dra_socket, version) as dra:
         outcome = (await dra.prepare([ref(api, name, uid)]))[uid]
         assert outcome.error == ""
         env = environment(plugin, list(outcome.devices[0].cdi_device_ids))
@@ -149,8 +150,9 @@ async def test_static_mig_device_is_handed_out_and_kept(
     assert [d.uuid for d in backend.mig_devices(1)] == [made.uuid]
 
 
+@pytest.mark.parametrize("version", VERSIONS)
 async def test_timeslice_strictest_interval_wins_and_default_returns(
-    plugin: RunningPlugin, api: client.ApiClient
+    plugin: RunningPlugin, api: client.ApiClient, version: str
 ) -> None:
     def sliced(interval: str) -> dict[str, object]:
         return {
@@ -165,7 +167,7 @@ async def test_timeslice_strictest_interval_wins_and_default_returns(
         api, [result("ts", "gpu-0-ts-1", NODE)], [opaque(sliced("Short"))]
     )
     backend = plugin.backend
-    async with DraClient(plugin.dra_socket) as dra:
+    async with DraClient(plugin.dra_socket, version) as dra:
         first = (await dra.prepare([ref(api, long_name, long_uid)]))[long_uid]
         assert first.error == ""
         assert backend.timeslice(0) is TimeSliceInterval.LONG
@@ -289,3 +291,20 @@ async def test_results_of_other_drivers_are_left_alone(
 def test_plugin_dir_fixture_is_short(tmp_path: Path) -> None:
     with short_dir() as root:
         assert len(str(root / "plugins" / NODE / "dra.sock")) < 108
+
+
+async def test_concurrent_calls_for_one_claim_prepare_it_once(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    import asyncio
+
+    name, uid = create_claim(api, [result("mig", "gpu-1-mig-3g40gb-0", NODE)])
+    async with DraClient(plugin.dra_socket) as one, DraClient(plugin.dra_socket) as two:
+        first, second = await asyncio.gather(
+            one.prepare([ref(api, name, uid)]), two.prepare([ref(api, name, uid)])
+        )
+        assert first[uid].error == "" and first == second
+        assert len(plugin.backend.gpu_instances(1)) == 1
+        assert (await one.unprepare([ref(api, name, uid)]))[uid] == ""
+    assert plugin.backend.gpu_instances(1) == ()
+    assert plugin.daemon.preparer._claim_locks == {}
