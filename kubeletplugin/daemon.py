@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -72,7 +72,6 @@ class PluginConfig:
     delete_slices_on_exit: bool = False
     dev_root: Path = Path("/dev")
     proc_root: Path = Path("/proc")
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def api_client(kubeconfig: str | None) -> client.ApiClient:
