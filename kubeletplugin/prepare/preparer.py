@@ -387,6 +387,9 @@ class Preparer:
     async def _create_mig(
         self, record: ClaimRecord, target: OnDemandMig
     ) -> tuple[ClaimRecord, MigInstanceRecord]:
+        """Like `backends.mig.create_mig_device`, but the GPU instance is saved in the checkpoint
+        before its compute instance is made, so a crash in between leaves a recorded leftover;
+        a failed compute instance is cleaned up by the caller's rollback of the whole claim."""
         minor = target.gpu.minor
         gi_id = await asyncio.to_thread(
             self._backend.create_gpu_instance, minor, target.profile.name, target.placement

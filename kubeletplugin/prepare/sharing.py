@@ -23,7 +23,7 @@ from api import GpuConfig, MigDeviceConfig, SharingStrategy
 from api.quantity import parse_quantity
 from api.v1alpha1 import DeviceConfig
 from dra_driver.backends.base import TimeSliceInterval
-from dra_driver.checkpoint import ClaimRecord, ClaimState
+from dra_driver.checkpoint import ClaimRecord
 
 # Strictest first: the first one any user asked for is what the GPU gets.
 _PRECEDENCE = (
@@ -84,10 +84,6 @@ def timeslice_users(
             if device.minor == minor and device.timeslice_interval is not None:
                 found.append(TimeSliceInterval.from_config(device.timeslice_interval))
     return found
-
-
-def completed_claims(claims: Mapping[str, ClaimRecord]) -> dict[str, ClaimRecord]:
-    return {u: r for u, r in claims.items() if r.state is ClaimState.PREPARE_COMPLETED}
 
 
 def config_limits(config: DeviceConfig, gpu_index: int, gpu_uuid: str) -> MpsLimits:

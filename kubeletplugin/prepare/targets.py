@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from api.device_type import DeviceType
 from dra_driver.inventory.model import GpuInfo, Inventory, MigPlacement, MigProfile
-from dra_driver.slices import names
 
 
 class UnknownDeviceError(ValueError):
@@ -24,9 +24,7 @@ class UnknownDeviceError(ValueError):
 class WholeGpu:
     gpu: GpuInfo
 
-    @property
-    def device_type(self) -> DeviceType:
-        return DeviceType.GPU
+    device_type: ClassVar[DeviceType] = DeviceType.GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +35,7 @@ class OnDemandMig:
     profile: MigProfile
     placement: MigPlacement
 
-    @property
-    def device_type(self) -> DeviceType:
-        return DeviceType.MIG
+    device_type: ClassVar[DeviceType] = DeviceType.MIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +47,7 @@ class StaticMig:
     ci_id: int
     uuid: str
 
-    @property
-    def device_type(self) -> DeviceType:
-        return DeviceType.MIG
+    device_type: ClassVar[DeviceType] = DeviceType.MIG
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +55,14 @@ class TimeSliceShare:
     gpu: GpuInfo
     index: int
 
-    @property
-    def device_type(self) -> DeviceType:
-        return DeviceType.TIMESLICE
+    device_type: ClassVar[DeviceType] = DeviceType.TIMESLICE
 
 
 @dataclass(frozen=True, slots=True)
 class FractionalShare:
     gpu: GpuInfo
 
-    @property
-    def device_type(self) -> DeviceType:
-        return DeviceType.SHARED
+    device_type: ClassVar[DeviceType] = DeviceType.SHARED
 
 
 Target = WholeGpu | OnDemandMig | StaticMig | TimeSliceShare | FractionalShare
@@ -127,22 +117,6 @@ def resolve_target(inventory: Inventory, device: str) -> Target:
     if match := _SHARED.fullmatch(device):
         return FractionalShare(_gpu(inventory, device, match.group(1)))
     raise UnknownDeviceError(f"device {device}: not a device name this driver publishes")
-
-
-def device_name(target: Target) -> str:
-    """The inverse of `resolve_target`, from the same naming rules the publisher uses."""
-    minor = target.gpu.minor
-    match target:
-        case WholeGpu():
-            return names.whole_gpu(minor)
-        case OnDemandMig(profile=profile, placement=placement):
-            return names.mig_placement(minor, profile, placement.start)
-        case StaticMig(gi_id=gi_id, ci_id=ci_id):
-            return f"gpu-{minor}-mig-{gi_id}-{ci_id}"
-        case TimeSliceShare(index=index):
-            return names.timeslice_share(minor, index)
-        case FractionalShare():
-            return names.fractional_share(minor)
 
 
 def _gpu(inventory: Inventory, device: str, minor_text: str) -> GpuInfo:
