@@ -1,0 +1,71 @@
+"""Settings of the allocation controller, resolved from flags and environment once at start.
+
+Names that users see (the gate, the finalizer, the gang labels, the Lease) derive from the driver
+name unless set explicitly, so two drivers installed side by side never answer for each other's
+pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dra_driver.allocator import AllocationMode
+
+
+def default_gate(driver_name: str) -> str:
+    return f"{driver_name}/allocation"
+
+
+def default_finalizer(driver_name: str) -> str:
+    return f"{driver_name}/allocation"
+
+
+def default_gang_label(driver_name: str) -> str:
+    return f"{driver_name}/gang"
+
+
+def default_gang_size_label(driver_name: str) -> str:
+    return f"{driver_name}/gang-size"
+
+
+def default_lease_name(driver_name: str) -> str:
+    return f"{driver_name.replace('.', '-')}-controller"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElection:
+    """Lease timing, in seconds, with the meaning client-go gives them."""
+
+    enabled: bool = True
+    lease_name: str = "gpu-dra-driver-dev-controller"
+    lease_namespace: str = "default"
+    identity: str = ""
+    lease_duration_s: float = 15.0
+    """How long a standby waits after the last renewal before it takes the lease over."""
+    renew_deadline_s: float = 10.0
+    """How long the leader keeps trying to renew before it gives up leading."""
+    retry_period_s: float = 2.0
+    """Time between attempts to acquire or renew."""
+
+    def validate(self) -> None:
+        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s > 0:
+            raise ValueError(
+                "leader election needs lease-duration > renew-deadline > retry-period > 0, got "
+                f"{self.lease_duration_s} > {self.renew_deadline_s} > {self.retry_period_s}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    driver_name: str
+    kubeconfig: str | None
+    gate_name: str
+    finalizer: str
+    gang_label: str
+    gang_size_label: str
+    mode: AllocationMode = AllocationMode.SCORED
+    leader: LeaderElection = LeaderElection()
+    metrics_port: int | None = None
+    healthcheck_port: int | None = None
+    resync_s: float = 30.0
+    """Pods that did not fit are retried on every relevant change and at least this often."""
