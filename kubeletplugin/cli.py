@@ -18,9 +18,9 @@ import structlog
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.logging_setup import configure_logging
+from dra_driver.signals import install_signal_handlers
 from dra_driver.slices import Shape
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
-from kubeletplugin.server.signals import install_signal_handlers
 
 log = structlog.get_logger(__name__)
 

@@ -14,11 +14,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from kubernetes import client
-from kubernetes import config as kube_config
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.base import GpuBackend
@@ -28,6 +27,7 @@ from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import CheckpointStore
 from dra_driver.events import NodeEvents
+from dra_driver.kube_client import api_client
 from dra_driver.slices import Shape, SliceSettings, build_resource_slices
 from kubeletplugin.health import HealthMonitor
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
@@ -72,15 +72,6 @@ class PluginConfig:
     delete_slices_on_exit: bool = False
     dev_root: Path = Path("/dev")
     proc_root: Path = Path("/proc")
-
-
-def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """A client from the kubeconfig, or from the pod's service account when none is given."""
-    loader = cast(Any, kube_config)
-    if kubeconfig:
-        return cast(client.ApiClient, loader.new_client_from_config(config_file=kubeconfig))
-    loader.load_incluster_config()
-    return client.ApiClient()
 
 
 def make_backend(config: PluginConfig) -> GpuBackend:

@@ -9,7 +9,7 @@ at which usage version, so a full node is skipped in O(1) until something on it 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,14 +150,28 @@ class Placer:
         self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
         self.node_load: dict[str, int] = {}
 
-    def place(self, claims: Sequence[Mapping[str, Any]]) -> Placement:
+    def place(
+        self,
+        claims: Sequence[Mapping[str, Any]],
+        *,
+        nodes: Sequence[str] | None = None,
+        prefer: Collection[str] = (),
+    ) -> Placement:
+        """Allocate `claims` together on one node of `nodes` (default: the placer's nodes).
+
+        In scored mode, nodes in `prefer` (where a gang's other members went) are tried first,
+        then the busiest nodes, so a gang stays together and free nodes stay free.
+        """
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
         signature = "|".join(p.signature for p in plans)
+        candidates = self.nodes if nodes is None else list(nodes)
         if self.mode is AllocationMode.FIRST_FIT:
-            order = self.nodes
+            order = candidates
         else:
-            order = sorted(self.nodes, key=lambda n: (-self.node_load.get(n, 0), n))
+            order = sorted(
+                candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
+            )
         best: NodeResult | None = None
         best_key: tuple[object, ...] = ()
         fits = 0
@@ -175,13 +189,13 @@ class Placer:
                 best = result
                 break
             fits += 1
-            key = self._node_key(result)
+            key = (result.node not in prefer, *self._node_key(result))
             if best is None or key < best_key:
                 best, best_key = result, key
             if fits >= self.policy.max_fitting_nodes:
                 break
         if best is None or best.allocations is None:
-            return Placement(None, None, self._reason(plans), searched)
+            return Placement(None, None, self._reason(plans, candidates), searched)
         for allocation in best.allocations:
             self.record(allocation, best.node)
         return Placement(best.node, best.allocations, None, searched)
@@ -201,20 +215,20 @@ class Placer:
         self.usage.release(self.snapshot, allocation)
         self.node_load[node] = self.node_load.get(node, 0) - _result_count(allocation)
 
-    def _reason(self, plans: Sequence[ClaimPlan]) -> str:
-        if not self.nodes:
+    def _reason(self, plans: Sequence[ClaimPlan], nodes: Sequence[str]) -> str:
+        if not nodes:
             return "no node to try: none is known, or all are unschedulable"
         if not self.explain_failures:
             return "no node fits"
         lines = []
-        shown = self.nodes[:3]
+        shown = nodes[:3]
         for node in shown:
             lines.append(
                 f"{node}: {explain_node(self.snapshot, self.usage, plans, node).summary()}"
             )
-        more = len(self.nodes) - len(shown)
+        more = len(nodes) - len(shown)
         tail = f"; and {more} more node(s)" if more > 0 else ""
-        return f"no node fits ({len(self.nodes)} tried): " + "; ".join(lines) + tail
+        return f"no node fits ({len(nodes)} tried): " + "; ".join(lines) + tail
 
 
 def _result_count(allocation: Mapping[str, Any]) -> int:

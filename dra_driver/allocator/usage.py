@@ -17,7 +17,9 @@ from dra_driver.allocator.snapshot import ClusterSnapshot, Device
 
 class Usage:
     def __init__(self) -> None:
-        self.exclusive: set[int] = set()
+        self.exclusive: dict[int, int] = {}
+        """Device → how many claims hold it exclusively: more than one only when two allocators
+        raced, and releasing one of them must not free the device for the other."""
         self.shares: dict[int, int] = {}
         self.consumed_capacity: dict[int, dict[str, Number]] = {}
         self.counters: dict[int, list[Number]] = {}
@@ -36,7 +38,7 @@ class Usage:
 
     def copy(self) -> Usage:
         other = Usage()
-        other.exclusive = set(self.exclusive)
+        other.exclusive = dict(self.exclusive)
         other.shares = dict(self.shares)
         other.consumed_capacity = {k: dict(v) for k, v in self.consumed_capacity.items()}
         other.counters = {k: list(v) for k, v in self.counters.items()}
@@ -81,10 +83,12 @@ class Usage:
                         amount, f"allocation result {i}: consumedCapacity[{name}]"
                     )
                     consumed[qualified] = consumed.get(qualified, 0) + sign * value
-            elif sign > 0:
-                self.exclusive.add(device.id)
             else:
-                self.exclusive.discard(device.id)
+                held = self.exclusive.get(device.id, 0) + sign
+                if held > 0:
+                    self.exclusive[device.id] = held
+                else:
+                    self.exclusive.pop(device.id, None)
             if was_in_use != self.in_use(device):
                 self._consume_counters(snapshot, device, 1 if not was_in_use else -1)
             self._touch(device)
@@ -104,6 +108,62 @@ class Usage:
             self.node_versions[device.node_name] += 1
         else:
             self.node_versions["*"] += 1
+
+    def conflict(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any]) -> str | None:
+        """Why `allocation` cannot be added to what is taken now, or None when it can.
+
+        This is the check an allocator makes immediately before writing a decision it took
+        against older state: a device someone else took since, a counter that another device of
+        the same GPU now consumes, or consumed capacity that no longer fits. The allocation must
+        not be recorded in this usage itself.
+        """
+        results = (allocation.get("devices") or {}).get("results") or []
+        extra_counters: dict[int, list[Number]] = {}
+        extra_capacity: dict[int, dict[str, Number]] = {}
+        newly_used: set[int] = set()
+        for i, result in enumerate(results):
+            if result.get("adminAccess"):
+                continue
+            name = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+            device = snapshot.device(
+                str(result.get("driver")), str(result.get("pool")), str(result.get("device"))
+            )
+            if device is None:
+                return f"device {name} is no longer published"
+            if device.id in self.exclusive or (
+                not result.get("shareID") and device.id in self.shares
+            ):
+                return f"device {name} is already allocated to another claim"
+            if result.get("shareID"):
+                consumed = extra_capacity.setdefault(device.id, {})
+                for cap, amount in (result.get("consumedCapacity") or {}).items():
+                    qualified = cap if "/" in cap else f"{device.driver}/{cap}"
+                    value = quantity_value(
+                        amount, f"allocation result {i}: consumedCapacity[{cap}]"
+                    )
+                    consumed[qualified] = consumed.get(qualified, 0) + value
+                    taken = self.consumed_capacity.get(device.id, {}).get(qualified, 0)
+                    rule = device.capacity.get(qualified)
+                    if rule is not None and taken + consumed[qualified] > rule.value:
+                        return f"capacity {cap} of device {name} is no longer free"
+            if self.in_use(device) or device.id in newly_used:
+                continue
+            newly_used.add(device.id)
+            if not device.consumes:
+                continue
+            pool = snapshot.pool_of(device)
+            extra = extra_counters.setdefault(pool.index, [0] * len(pool.counter_totals))
+            for counter, amount in device.consumes:
+                extra[counter] += amount
+                if (
+                    self.counter_used(pool.index, counter) + extra[counter]
+                    > (pool.counter_totals[counter])
+                ):
+                    return (
+                        f"device {name} needs shared counters that other devices of its "
+                        "pool now consume"
+                    )
+        return None
 
     def node_version(self, node: str) -> tuple[int, int]:
         return self.node_versions[node], self.node_versions["*"]

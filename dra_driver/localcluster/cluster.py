@@ -67,6 +67,13 @@ class LocalNode:
         return self.root / "plugin.log"
 
 
+@dataclass
+class LocalController:
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+
 class LocalCluster:
     def __init__(
         self,
@@ -78,6 +85,8 @@ class LocalCluster:
         workdir: Path | None = None,
         poll_s: float = 0.2,
         plugin_args: tuple[str, ...] = (),
+        controllers: int = 1,
+        controller_args: tuple[str, ...] = (),
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -88,6 +97,10 @@ class LocalCluster:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="dra-lc-", dir="/tmp"))
         self._poll_s = poll_s
         self._plugin_args = plugin_args
+        self._controller_args = controller_args
+        self.controllers: list[LocalController] = [
+            LocalController(f"controller-{i + 1}") for i in range(controllers)
+        ]
         self._node_names = [f"node-{i + 1}" for i in range(nodes)]
         self.nodes: list[LocalNode] = []
         self.api: client.ApiClient | None = None
@@ -119,6 +132,8 @@ class LocalCluster:
             node = LocalNode(name, root, agent)
             self.nodes.append(node)
             self.start_plugin(node)
+        for controller in self.controllers:
+            self.start_controller(controller)
         self._tasks.append(asyncio.create_task(self._control_plane(), name="control-plane"))
         for node in self.nodes:
             self._tasks.append(asyncio.create_task(node.agent.run(self._stop), name=node.name))
@@ -146,6 +161,37 @@ class LocalCluster:
         env = {**os.environ, **(extra_env or {})}
         with node.log_path.open("ab") as log_file:
             node.process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=log_file)
+
+    def start_controller(self, controller: LocalController) -> None:
+        """(Re)start an allocation controller process (`dra-controller`).
+
+        With more than one controller they elect a leader through a Lease, as the chart's
+        replicas do; a single one runs without election.
+        """
+        argv = [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            f"--driver-name={self.driver_name}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--identity={controller.name}",
+            "--leader-elect" if len(self.controllers) > 1 else "--no-leader-elect",
+            "--log-format=json",
+            *self._controller_args,
+        ]
+        controller.log_path = self.workdir / f"{controller.name}.log"
+        with controller.log_path.open("ab") as log_file:
+            controller.process = subprocess.Popen(argv, stdout=log_file, stderr=log_file)
+
+    async def stop_controller(self, controller: LocalController, *, kill: bool = False) -> None:
+        process = controller.process
+        if process is None or process.poll() is not None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        await asyncio.to_thread(process.wait, 30)
 
     async def stop_plugin(self, node: LocalNode) -> int | None:
         process = node.process
@@ -188,6 +234,8 @@ class LocalCluster:
                 await task
         for node in self.nodes:
             await self.stop_plugin(node)
+        for controller in self.controllers:
+            await self.stop_controller(controller)
         if self.api is not None:
             self.api.close()  # type: ignore[no-untyped-call]
         self.server.stop()

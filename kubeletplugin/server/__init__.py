@@ -5,10 +5,10 @@ The servers translate between protobuf and plain values and guarantee the respon
 relies on; the actual preparation is delegated to a :class:`~.contract.NodeDriver`.
 """
 
+from dra_driver.signals import install_signal_handlers
 from kubeletplugin.server.contract import HealthSource, NodeDriver
 from kubeletplugin.server.liveness import LivenessServer
 from kubeletplugin.server.servers import PluginServers
-from kubeletplugin.server.signals import install_signal_handlers
 from kubeletplugin.server.sockets import SocketPathError
 
 __all__ = [

@@ -44,12 +44,12 @@ from dra_driver.cdi import CdiError, CdiSpec, CdiSpecDir, container_environment
 from dra_driver.kubeletapi import KUBELET_CALL_TIMEOUT_S
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
-from dra_driver.localcluster.roles.pods import claim_names
 from dra_driver.localcluster.roles.registry import (
     DEFAULT_VERSIONS,
     PluginRegistration,
     RegistryPoller,
 )
+from dra_driver.pod_claims import claim_names
 
 log = structlog.get_logger(__name__)
 

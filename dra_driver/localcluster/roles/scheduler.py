@@ -4,7 +4,10 @@ For each pending pod (no `spec.nodeName`, no scheduling gates) whose claims all 
 allocates the unallocated ones together with the allocator in first-fit mode — nodes in name
 order, exactly what the kube-scheduler's structured allocator would choose for one pod — writes
 each claim's `status.allocation` and `reservedFor`, and binds the pod by setting
-`spec.nodeName`. Pods that carry a gate are left to the controller. Nothing is scored, nothing
+`spec.nodeName`. Like the real scheduler, whose informers see the controller's allocations, it
+re-reads the claims right before writing and gives up a choice whose devices were taken since
+the pass began (the pass reads the cluster once and can take seconds). Pods that carry a
+gate are left to the controller. Nothing is scored, nothing
 is preempted; a pod that does not fit stays pending and is tried again on the next pass.
 """
 
@@ -17,7 +20,7 @@ from kubernetes import dynamic
 
 from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
 from dra_driver.allocator.result import allocation_node
-from dra_driver.localcluster.roles.pods import claim_names
+from dra_driver.pod_claims import claim_names
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +29,26 @@ MERGE = "application/merge-patch+json"
 
 def _items(resource: Any) -> list[dict[str, Any]]:
     return list(resource.get().to_dict().get("items") or [])
+
+
+def _clash(
+    snapshot: ClusterSnapshot,
+    claims: Any,
+    mine: list[dict[str, Any]],
+    allocations: list[dict[str, Any]],
+) -> str | None:
+    """Re-check a choice against every claim as the API server has it right now."""
+    keys = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in mine}
+    others = [
+        c for c in _items(claims) if (c["metadata"]["namespace"], c["metadata"]["name"]) not in keys
+    ]
+    usage = Usage.from_claims(snapshot, others)
+    for allocation in allocations:
+        why = usage.conflict(snapshot, allocation)
+        if why is not None:
+            return why
+        usage.record(snapshot, allocation)
+    return None
 
 
 def reconcile_once(client: dynamic.DynamicClient) -> int:
@@ -67,12 +90,21 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
         }
         if unallocated:
             try:
-                placement = placer.place(unallocated)
+                placement = placer.place(unallocated, nodes=schedulable)
             except AllocationError as err:
                 log.warning("pod cannot be scheduled", pod=meta["name"], error=err.message)
                 continue
             if placement.allocations is None:
                 log.info("pod does not fit", pod=meta["name"], reason=placement.reason)
+                continue
+            clash = _clash(snapshot, claims, unallocated, placement.allocations)
+            if clash is not None:
+                # Another allocator (the controller) took devices since this pass read the
+                # claims: drop the choice and look again next pass, as the scheduler would
+                # after its cache caught up.
+                for allocation in placement.allocations:
+                    placer.release(allocation, str(placement.node))
+                log.info("pod's devices were taken meanwhile", pod=meta["name"], reason=clash)
                 continue
             for claim, allocation in zip(unallocated, placement.allocations, strict=True):
                 claim.setdefault("status", {})["allocation"] = allocation

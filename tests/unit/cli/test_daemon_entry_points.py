@@ -6,13 +6,37 @@ from __future__ import annotations
 import pytest
 
 from controller.cli import main as controller_main
+from dra_driver.kube_client import api_client
 from kubeletplugin.cli import build_parser, config_from_args
 from kubeletplugin.cli import main as plugin_main
 
 
-def test_controller_refuses_to_pretend(capsys):
-    assert controller_main([]) == 2
-    assert "controller" in capsys.readouterr().err
+def test_missing_kubeconfig_is_named(tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"
+    with pytest.raises(ValueError, match="no-such-kubeconfig"):
+        api_client(str(missing))
+
+
+def test_controller_refuses_inconsistent_lease_timing(capsys):
+    with pytest.raises(SystemExit) as done:
+        controller_main(["--lease-duration=5s", "--renew-deadline=10s"])
+    assert done.value.code == 2
+    assert "lease-duration > renew-deadline" in capsys.readouterr().err
+
+
+def test_controller_names_derive_from_the_driver_name(monkeypatch):
+    from controller.cli import build_parser as controller_parser
+    from controller.cli import config_from_args as controller_config
+
+    monkeypatch.delenv("DRA_GATE_NAME", raising=False)
+    monkeypatch.setenv("POD_NAME", "controller-abc")
+    monkeypatch.setenv("POD_NAMESPACE", "gpu-system")
+    config = controller_config(controller_parser().parse_args(["--driver-name=gpu.example.com"]))
+    assert config.gate_name == "gpu.example.com/allocation"
+    assert config.gang_label == "gpu.example.com/gang"
+    assert config.leader.lease_name == "gpu-example-com-controller"
+    assert config.leader.lease_namespace == "gpu-system"
+    assert config.leader.identity == "controller-abc"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""What the stand-ins need to read from a pod."""
+"""Which ResourceClaims a pod uses: what the scheduler, the controller and kubelet all ask."""
 
 from __future__ import annotations
 
@@ -19,4 +19,19 @@ def claim_names(pod: Mapping[str, Any]) -> list[str] | None:
         if not name:
             return None
         names.append(str(name))
+    return names
+
+
+def known_claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The claim names a pod already knows, also while some templated claims are not made yet
+    (who uses a claim must be known before all of a pod's claims exist)."""
+    made = {
+        s["name"]: s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names: list[str] = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") or made.get(entry["name"])
+        if name:
+            names.append(str(name))
     return names

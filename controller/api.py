@@ -1,0 +1,149 @@
+"""Every call the controller makes to the API server, in one place.
+
+Reads and writes go through the official client's public methods (the chart's RBAC is derived
+from them) with `_preload_content=False`, so bodies stay plain JSON: nothing the client's typed
+models do not know is dropped, and no model objects are built for thousands of claims. Writes are
+JSON merge patches that carry the resourceVersion they were decided on, which the API server turns
+into a precondition: a write based on stale state fails with 409 instead of overwriting.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from kubernetes import client
+
+from controller.informer import ListCall, Obj
+
+GROUP: Final = "resource.k8s.io"
+VERSION: Final = "v1"
+CLAIMS: Final = "resourceclaims"
+SLICES: Final = "resourceslices"
+CLASSES: Final = "deviceclasses"
+MERGE: Final = "application/merge-patch+json"
+STRATEGIC: Final = "application/strategic-merge-patch+json"
+#: The API server refuses longer Event messages.
+MAX_EVENT_MESSAGE: Final = 1024
+
+
+def _json(response: Any) -> Obj:
+    body: Obj = json.loads(response.data)
+    return body
+
+
+class ControllerApi:
+    def __init__(self, api: client.ApiClient, component: str) -> None:
+        self._objects = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self.component = component
+
+    # --- list and watch (the informers) ------------------------------------------------------
+
+    def list_calls(self) -> dict[str, tuple[ListCall, tuple[Any, ...]]]:
+        """Resource → (list method, leading arguments) for the informers."""
+        custom = self._objects.list_cluster_custom_object
+        return {
+            SLICES: (custom, (GROUP, VERSION, SLICES)),
+            CLASSES: (custom, (GROUP, VERSION, CLASSES)),
+            CLAIMS: (custom, (GROUP, VERSION, CLAIMS)),
+            "pods": (self._core.list_pod_for_all_namespaces, ()),
+            "nodes": (self._core.list_node, ()),
+        }
+
+    def list_claims(self) -> list[Obj]:
+        """Every claim as the API server has it now: the re-check before and after writing."""
+        response = self._objects.list_cluster_custom_object(
+            GROUP, VERSION, CLAIMS, _preload_content=False
+        )
+        return list(_json(response).get("items") or [])
+
+    def get_claim(self, namespace: str, name: str) -> Obj:
+        response = self._objects.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, CLAIMS, name, _preload_content=False
+        )
+        return _json(response)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def patch_claim(self, claim: Mapping[str, Any], metadata: Mapping[str, Any]) -> Obj:
+        meta = claim["metadata"]
+        body = {"metadata": {**metadata, "resourceVersion": meta["resourceVersion"]}}
+        response = self._objects.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            CLAIMS,
+            meta["name"],
+            body,
+            _content_type=MERGE,
+            _preload_content=False,
+        )
+        return _json(response)
+
+    def patch_claim_status(self, claim: Mapping[str, Any], status: Mapping[str, Any]) -> Obj:
+        meta = claim["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        response = self._objects.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            CLAIMS,
+            meta["name"],
+            body,
+            _content_type=MERGE,
+            _preload_content=False,
+        )
+        return _json(response)
+
+    def patch_pod(self, pod: Mapping[str, Any], spec: Mapping[str, Any]) -> Obj:
+        meta = pod["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": spec}
+        response = self._core.patch_namespaced_pod(
+            meta["name"], meta["namespace"], body, _content_type=MERGE, _preload_content=False
+        )
+        return _json(response)
+
+    def patch_pod_conditions(self, pod: Mapping[str, Any], conditions: list[Obj]) -> None:
+        """Set conditions by type; the strategic merge keeps other writers' conditions."""
+        meta = pod["metadata"]
+        self._core.patch_namespaced_pod_status(
+            meta["name"],
+            meta["namespace"],
+            {"status": {"conditions": conditions}},
+            _content_type=STRATEGIC,
+            _preload_content=False,
+        )
+
+    def post_pod_event(self, pod: Mapping[str, Any], kind: str, reason: str, text: str) -> None:
+        meta = pod["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": text[:MAX_EVENT_MESSAGE],
+            "type": kind,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        create: Any = self._core.create_namespaced_event  # takes a plain dict body as well
+        create(meta["namespace"], body, _preload_content=False)

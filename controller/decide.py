@@ -1,0 +1,171 @@
+"""Choosing node and devices for one pod, or for a whole gang, from the controller's view.
+
+A decision is tentative: its allocations are *assumed* in the view (so the next decision does not
+take the same devices) until they are written and confirmed, or forgotten. Pods whose claims are
+partly allocated already (a claim shared with a running pod, or a write that got halfway before a
+failover) are pinned to that node, so a pod never ends up with claims on two nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.informer import Key, Obj, key_of
+from controller.pod_nodes import eligible_nodes
+from controller.view import ClusterView, allocation_of
+from dra_driver.allocator import AllocationError, InputError
+from dra_driver.allocator.result import allocation_node
+
+
+@dataclass(slots=True)
+class Decision:
+    pods: list[Obj]
+    allocations: dict[Key, Obj] = field(default_factory=dict)
+    """Claims this decision allocates → their new `status.allocation`."""
+    claims: dict[Key, list[Obj]] = field(default_factory=dict)
+    """Every claim of the pods → the pods that must be in its `reservedFor`."""
+    nodes: dict[Key, str | None] = field(default_factory=dict)
+    """Pod → the node its claims are on."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotYet:
+    """The pods cannot be decided yet (claims missing, gang incomplete): no Event, just wait."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unallocatable:
+    """No node and devices fit, or the input is wrong: the pods get an Event and a condition."""
+
+    reason: str
+
+
+Outcome = Decision | NotYet | Unallocatable
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
+
+
+@dataclass(slots=True)
+class _PodState:
+    pod: Obj
+    claims: list[Obj]
+    missing: list[Obj]
+    """Unallocated claims, deduplicated across the unit."""
+    pinned: str | None
+    nodes: list[str]
+
+
+def _pod_state(view: ClusterView, pod: Obj, taken: set[Key]) -> _PodState | Outcome:
+    claims = view.pod_claims(pod)
+    if claims is None:
+        return NotYet(f"pod {_pod_name(pod)}: waiting for its ResourceClaims to be created")
+    for claim in claims:
+        if claim["metadata"].get("deletionTimestamp"):
+            return Unallocatable(
+                f"pod {_pod_name(pod)}: ResourceClaim {claim['metadata']['name']} is being deleted"
+            )
+    on_nodes = {allocation_node(a) for c in claims if (a := allocation_of(c)) is not None}
+    on_nodes.discard(None)
+    if len(on_nodes) > 1:
+        return Unallocatable(
+            f"pod {_pod_name(pod)}: its claims are already allocated on different nodes "
+            f"({', '.join(sorted(n for n in on_nodes if n))})"
+        )
+    pinned = next(iter(on_nodes), None)
+    eligible = eligible_nodes(pod, view.nodes.values())
+    nodes = [n for n in eligible.nodes if pinned is None or n == pinned]
+    if not nodes:
+        if pinned is not None and pinned not in eligible.nodes:
+            why = eligible.rejected.get(pinned, "it is not a known node")
+            return Unallocatable(
+                f"pod {_pod_name(pod)}: its claims are allocated on node {pinned}, where it "
+                f"may not run: {why}"
+            )
+        return Unallocatable(f"pod {_pod_name(pod)}: {eligible.reason()}")
+    missing = []
+    for claim in claims:
+        key = key_of(claim)
+        if allocation_of(claim) is None and key not in view.assumed and key not in taken:
+            taken.add(key)
+            missing.append(claim)
+    return _PodState(pod, claims, missing, pinned, nodes)
+
+
+def decide(view: ClusterView, pods: Sequence[Obj]) -> Outcome:
+    """Allocate every unallocated claim of `pods` (one pod, or a gang's gated members)."""
+    taken: set[Key] = set()
+    states: list[_PodState] = []
+    for pod in pods:
+        state = _pod_state(view, pod, taken)
+        if not isinstance(state, _PodState):
+            return state
+        states.append(state)
+    decision = Decision(list(pods))
+    for state in states:
+        for claim in state.claims:
+            decision.claims.setdefault(key_of(claim), []).append(state.pod)
+    try:
+        if len(states) > 1 and _together(view, states, decision):
+            return decision
+        return _one_by_one(view, states, decision)
+    except (AllocationError, InputError) as err:
+        _release(view, decision)
+        return Unallocatable(str(err))
+
+
+def _together(view: ClusterView, states: Sequence[_PodState], decision: Decision) -> bool:
+    """A gang on one node when it fits there: one search over all its claims scores topology
+    (one NVLink domain) across the members, not just within each pod."""
+    common = set(states[0].nodes)
+    for state in states[1:]:
+        common &= set(state.nodes)
+    missing = [c for s in states for c in s.missing]
+    if not common or not missing:
+        return False
+    placement = view.placer().place(missing, nodes=sorted(common))
+    if placement.allocations is None or placement.node is None:
+        return False
+    _adopt(view, missing, placement.allocations, decision)
+    for state in states:
+        decision.nodes[key_of(state.pod)] = placement.node
+    return True
+
+
+def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decision) -> Outcome:
+    used: set[str] = set()
+    for state in states:
+        if not state.missing:
+            decision.nodes[key_of(state.pod)] = state.pinned
+            continue
+        placement = view.placer().place(state.missing, nodes=state.nodes, prefer=used)
+        if placement.allocations is None or placement.node is None:
+            _release(view, decision)
+            prefix = "" if len(states) == 1 else f"gang member {_pod_name(state.pod)}: "
+            return Unallocatable(f"{prefix}{placement.reason}")
+        _adopt(view, state.missing, placement.allocations, decision)
+        decision.nodes[key_of(state.pod)] = placement.node
+        used.add(placement.node)
+    return decision
+
+
+def _adopt(
+    view: ClusterView, claims: Sequence[Obj], allocations: Sequence[Obj], decision: Decision
+) -> None:
+    """Move allocations the placer recorded into the view's assumptions (which record them)."""
+    placer = view.placer()
+    for claim, allocation in zip(claims, allocations, strict=True):
+        placer.release(allocation, allocation_node(allocation) or "*")
+        view.assume(key_of(claim), allocation)
+        decision.allocations[key_of(claim)] = allocation
+
+
+def _release(view: ClusterView, decision: Decision) -> None:
+    for key in list(decision.allocations):
+        view.forget(key)
+    decision.allocations.clear()

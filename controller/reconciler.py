@@ -1,0 +1,442 @@
+"""The allocation loop: gated pods in, allocated claims and lifted gates out.
+
+One pass takes every queued pod (or gang), decides all of them against the view, re-checks the
+decisions against a fresh read of every claim, writes them, re-checks once more, and only then
+lifts the gates. Passes batch naturally: while one pass writes, new pods queue up for the next,
+so the two fresh reads are shared by however many pods arrived meanwhile.
+
+The two re-checks are what keeps this controller from double-booking against the kube-scheduler,
+which allocates other pods' claims from the same devices and never coordinates with us. The read
+before writing catches what the watch had not delivered yet; the read after writing catches an
+allocation that landed between that read and our write (the later writer withdraws; the gate is
+still on, so no pod has started). Deallocation runs in the same loop, so it never races with a
+decision about the same claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kubernetes import client
+
+from controller.allocation_metrics import AllocationMetrics
+from controller.api import ControllerApi
+from controller.config import ControllerConfig
+from controller.decide import Decision, NotYet, Unallocatable, decide
+from controller.gangs import GangError, GangId, gang_of, members
+from controller.informer import Event, Key, Obj, key_of
+from controller.view import ClusterView, allocation_of
+from controller.writer import ClaimWriter, NotLeaderError
+from dra_driver.pod_claims import known_claim_names
+
+log = structlog.get_logger(__name__)
+
+#: Writes of one pass in flight at once (each is a few HTTP calls).
+WRITE_CONCURRENCY = 16
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def condition_type(driver_name: str) -> str:
+    return f"{driver_name}/DevicesAllocated"
+
+
+@dataclass(slots=True)
+class _Unit:
+    pods: list[Obj]
+    label: str
+
+
+class Reconciler:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        view: ClusterView,
+        api: ControllerApi,
+        metrics: AllocationMetrics,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.config = config
+        self.view = view
+        self.api = api
+        self.metrics = metrics
+        self.writer = ClaimWriter(api, config.finalizer, is_leader)
+        self._is_leader = is_leader
+        self._queue: dict[Key, None] = {}
+        self._waiting: dict[Key, int] = {}
+        """Pod → the view generation at which it last failed; retried when that changes."""
+        self._reported: dict[Key, str] = {}
+        self._seen_at: dict[Key, float] = {}
+        self._dealloc: set[Key] = set()
+        self._reports: list[tuple[Obj, str]] = []
+        self._wake = asyncio.Event()
+        self.passes = 0
+
+    # --- events ------------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        """Apply a watch event to the view and queue the work it causes."""
+        before = self.view.generation
+        old_claims: list[str] = []
+        if event.resource == "pods" and event.old is not None:
+            old_claims = _claim_refs(event.old)
+        self.view.apply(event)
+        if event.resource == "pods":
+            self._pod_changed(event, old_claims)
+        elif event.resource == "resourceclaims":
+            self._dealloc.add(event.key)
+            for pod in self.view.users.get(event.key, ()):
+                if self._gated(self.view.pods.get(pod)):
+                    self._queue.setdefault(pod)
+        if self.view.generation != before and self._waiting:
+            self._wake.set()
+        if self._queue or self._dealloc:
+            self._wake.set()
+
+    def _pod_changed(self, event: Event, old_claims: list[str]) -> None:
+        namespace = event.key[0]
+        for name in {*old_claims, *_claim_refs(event.obj)}:
+            self._dealloc.add((namespace, name))
+        pod = None if event.kind == "DELETED" else event.obj
+        if self._gated(pod):
+            self._seen_at.setdefault(event.key, time.monotonic())
+            self._queue.setdefault(event.key)
+            self._gang_mates_changed(pod)
+        else:
+            self._forget_pod(event.key)
+            if event.kind == "DELETED" and event.old is not None:
+                self._gang_mates_changed(event.old)
+        self.metrics.pending.set(len(self._seen_at))
+
+    def _gang_mates_changed(self, pod: Obj | None) -> None:
+        """A gang is decided as a whole: any member's change makes the others worth a look."""
+        if pod is None:
+            return
+        try:
+            gang = gang_of(pod, self.config.gang_label, self.config.gang_size_label)
+        except GangError:
+            return
+        if gang is None:
+            return
+        for mate in members(gang[0], self.view.pods.values(), self.config.gang_label):
+            if self._gated(mate):
+                self._queue.setdefault(key_of(mate))
+
+    def _forget_pod(self, key: Key) -> None:
+        self._queue.pop(key, None)
+        self._waiting.pop(key, None)
+        self._reported.pop(key, None)
+        self._seen_at.pop(key, None)
+
+    def _gated(self, pod: Obj | None) -> bool:
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        return any(g.get("name") == self.config.gate_name for g in gates)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reconcile until `stop` is set or leadership is lost."""
+        log.info("allocation loop started", gate=self.config.gate_name, mode=self.view.mode)
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await self._loop(stop, stopped)
+        finally:
+            stopped.cancel()
+        log.info("allocation loop stopped")
+
+    async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
+        while not stop.is_set() and self._is_leader():
+            woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait(
+                [woken, stopped], timeout=self.config.resync_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            woken.cancel()
+            self._wake.clear()
+            if stop.is_set() or not self._is_leader():
+                break
+            try:
+                await self.run_pass()
+            except NotLeaderError:
+                break
+            except Exception as err:  # one bad pass must not end the controller
+                log.exception("allocation pass failed", error=str(err))
+                self._wake.set()
+                await asyncio.sleep(1.0)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def take_over(self) -> None:
+        """On becoming leader: look at every gated pod and every claim of ours afresh."""
+        for key, pod in self.view.pods.items():
+            if self._gated(pod):
+                self._seen_at.setdefault(key, time.monotonic())
+                self._queue.setdefault(key)
+        for key, claim in self.view.claims.items():
+            if self.config.finalizer in (claim["metadata"].get("finalizers") or []):
+                self._dealloc.add(key)
+        self._reported.clear()
+        self._wake.set()
+
+    def step_down(self) -> None:
+        """On losing the lead: decisions not yet written are no longer ours to make."""
+        for key in list(self.view.assumed):
+            self.view.forget(key)
+
+    async def run_pass(self) -> None:
+        for key, generation in list(self._waiting.items()):
+            if generation != self.view.generation:
+                self._queue.setdefault(key)
+        keys = sorted(self._queue, key=lambda k: (self._seen_at.get(k, 0.0), k))
+        self._queue.clear()
+        decisions = self._decide(self._units(keys))
+        await self._send_reports()
+        if decisions:
+            await self._write_all(decisions)
+        await self._deallocate()
+        self.passes += 1
+
+    def _units(self, keys: Iterable[Key]) -> list[_Unit]:
+        units: list[_Unit] = []
+        gangs_done: set[GangId] = set()
+        for key in keys:
+            pod = self.view.pods.get(key)
+            if not self._gated(pod):
+                self._forget_pod(key)
+                continue
+            assert pod is not None
+            try:
+                gang = gang_of(pod, self.config.gang_label, self.config.gang_size_label)
+            except GangError as err:
+                self._failed([pod], Unallocatable(str(err)))
+                continue
+            if gang is None:
+                units.append(_Unit([pod], f"pod {key[0]}/{key[1]}"))
+                continue
+            gang_id, size = gang
+            if gang_id in gangs_done:
+                continue
+            gangs_done.add(gang_id)
+            everyone = members(gang_id, self.view.pods.values(), self.config.gang_label)
+            gated = [p for p in everyone if self._gated(p)]
+            if len(everyone) < size:
+                self._failed(gated, NotYet(f"gang {gang_id} has {len(everyone)} of {size} pods"))
+            elif len(everyone) > size:
+                self._failed(
+                    gated,
+                    Unallocatable(
+                        f"gang {gang_id} has {len(everyone)} pods but its size label says {size}"
+                    ),
+                )
+            elif gated:
+                units.append(_Unit(gated, f"gang {gang_id}"))
+        return units
+
+    def _decide(self, units: list[_Unit]) -> list[Decision]:
+        decisions = []
+        for unit in units:
+            outcome = decide(self.view, unit.pods)
+            if isinstance(outcome, Decision):
+                decisions.append(outcome)
+            else:
+                self._failed(unit.pods, outcome)
+        return decisions
+
+    async def _write_all(self, decisions: list[Decision]) -> None:
+        await self._refresh()
+        ready = [d for d in decisions if self._still_fits(d, "before-write")]
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+        written = await asyncio.gather(*(self._write(d, limit) for d in ready))
+        done = [d for d, ok in zip(ready, written, strict=True) if ok]
+        if not done:
+            return
+        if any(d.allocations for d in done):
+            await self._refresh()
+        verified = []
+        for decision in done:
+            if self._still_fits(decision, "after-write"):
+                verified.append(decision)
+            else:
+                await self._withdraw(decision)
+        await asyncio.gather(*(self._lift(d, limit) for d in verified))
+
+    async def _refresh(self) -> None:
+        fresh = await asyncio.to_thread(self.api.list_claims)
+        self.view.refresh_claims(fresh)
+
+    def _still_fits(self, decision: Decision, stage: str) -> bool:
+        for key, allocation in decision.allocations.items():
+            claim = self.view.claims.get(key)
+            current = allocation_of(claim)
+            if claim is None:
+                why: str | None = "the claim was deleted"
+            elif current is not None and current != allocation:
+                why = "the claim was allocated by someone else"
+            else:
+                why = self.view.conflict(key, allocation)
+            if why is not None:
+                self.metrics.conflicts.labels(stage).inc()
+                log.info(
+                    "decision dropped: the cluster changed",
+                    claim=f"{key[0]}/{key[1]}",
+                    stage=stage,
+                    reason=why,
+                )
+                self._retry(decision)
+                return False
+        return True
+
+    def _retry(self, decision: Decision) -> None:
+        for key in list(decision.allocations):
+            self.view.forget(key)
+        for pod in decision.pods:
+            self._queue.setdefault(key_of(pod))
+        self._wake.set()
+
+    async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> bool:
+        async with limit:
+            written: list[Key] = []
+            try:
+                for key, pods in decision.claims.items():
+                    claim = self.view.claims.get(key)
+                    if claim is None:
+                        raise LookupError(f"claim {key[0]}/{key[1]} is gone")
+                    allocation = decision.allocations.get(key)
+                    result = await asyncio.to_thread(self.writer.allocate, claim, allocation, pods)
+                    self.view.refresh_claims_one(result)
+                    written.append(key)
+                self.metrics.allocations.inc(len(decision.allocations))
+                return True
+            except NotLeaderError:
+                raise
+            except (client.ApiException, LookupError) as err:
+                status = getattr(err, "status", None)
+                self.metrics.conflicts.labels("write").inc()
+                log.info("writing a decision failed; deciding again", status=status, error=str(err))
+                await self._undo(decision, written)
+                self._retry(decision)
+                return False
+
+    async def _undo(self, decision: Decision, written: list[Key]) -> None:
+        for key in written:
+            if key in decision.allocations:
+                await asyncio.to_thread(self.writer.withdraw, key, decision.pods)
+
+    async def _withdraw(self, decision: Decision) -> None:
+        await self._undo(decision, list(decision.allocations))
+
+    async def _lift(self, decision: Decision, limit: asyncio.Semaphore) -> None:
+        async with limit:
+            for pod in decision.pods:
+                key = key_of(pod)
+                current = self.view.pods.get(key, pod)
+                reported = key in self._reported
+                started = self._seen_at.get(key)
+                try:
+                    await asyncio.to_thread(self.writer.lift_gate, current, self.config.gate_name)
+                except client.ApiException as err:
+                    if err.status == 404:
+                        continue
+                    log.info("lifting a gate failed; trying again", pod=key, status=err.status)
+                    self._queue.setdefault(key)
+                    self._wake.set()
+                    continue
+                if reported:
+                    await self._set_condition(current, True, "Allocated", "devices are allocated")
+                if started is not None:
+                    self.metrics.latency.observe(time.monotonic() - started)
+                self._forget_pod(key)
+                log.info("pod allocated", pod=f"{key[0]}/{key[1]}", node=decision.nodes.get(key))
+            self.metrics.pending.set(len(self._seen_at))
+
+    # --- pods that cannot be allocated -------------------------------------------------------
+
+    def _failed(self, pods: list[Obj], outcome: NotYet | Unallocatable) -> None:
+        self.metrics.failures.inc(isinstance(outcome, Unallocatable))
+        for pod in pods:
+            key = key_of(pod)
+            self._waiting[key] = self.view.generation
+            if isinstance(outcome, NotYet) or self._reported.get(key) == outcome.reason:
+                continue
+            self._reported[key] = outcome.reason
+            log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
+            self._reports.append((pod, outcome.reason))
+
+    async def _send_reports(self) -> None:
+        """Events and conditions for this pass's failures, before any gate of the pass is lifted
+        (so a stale "cannot allocate" never lands after "allocated")."""
+        reports, self._reports = self._reports, []
+        for pod, reason in reports:
+            try:
+                await asyncio.to_thread(
+                    self.api.post_pod_event, pod, "Warning", "FailedAllocation", reason
+                )
+                await self._set_condition(pod, False, "Unallocatable", reason)
+            except (client.ApiException, OSError) as err:
+                log.warning("cannot report why a pod waits", pod=key_of(pod), error=str(err))
+
+    async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
+        ctype = condition_type(self.config.driver_name)
+        current = self.view.pods.get(key_of(pod), pod)
+        others = [
+            c for c in (current.get("status") or {}).get("conditions") or [] if c["type"] != ctype
+        ]
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        mine = {
+            "type": ctype,
+            "status": "True" if ok else "False",
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": now,
+        }
+        try:
+            await asyncio.to_thread(self.api.patch_pod_conditions, current, [*others, mine])
+        except client.ApiException as err:
+            log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
+
+    # --- deallocation ------------------------------------------------------------------------
+
+    async def _deallocate(self) -> None:
+        candidates, self._dealloc = self._dealloc, set()
+        for key in sorted(candidates):
+            claim = self.view.claims.get(key)
+            if claim is None or not self._unused(key, claim):
+                continue
+            try:
+                await asyncio.to_thread(self.writer.deallocate, claim)
+            except client.ApiException as err:
+                if err.status != 404:
+                    log.info("deallocation failed; will retry", claim=key, status=err.status)
+                    self._dealloc.add(key)
+                continue
+            if allocation_of(claim) is not None:
+                self.metrics.deallocations.inc()
+                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
+
+    def _unused(self, key: Key, claim: Obj) -> bool:
+        """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""
+        if self.config.finalizer not in (claim["metadata"].get("finalizers") or []):
+            return False
+        if key in self.view.assumed:
+            return False
+        if (claim.get("status") or {}).get("reservedFor"):
+            return False
+        if claim["metadata"].get("deletionTimestamp"):
+            return True
+        for pod_key in self.view.users.get(key, ()):
+            pod = self.view.pods.get(pod_key)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                return False
+        return True
+
+
+def _claim_refs(pod: Obj | None) -> list[str]:
+    return [] if pod is None else known_claim_names(pod)

@@ -1,0 +1,223 @@
+"""The controller's picture of the cluster, kept current by watch events.
+
+Decisions read this view, never the API server: the allocator's parsed snapshot of slices,
+classes and nodes is rebuilt only when one of those changes (selector verdicts survive the
+rebuild in a shared cache keyed by slice resourceVersion), and what is in use is updated claim by
+claim as claim events arrive. Allocations this controller decided but has not yet seen come back
+through the watch are *assumed* (as the kube-scheduler's assume cache does): they count as taken,
+so two decisions in a row never pick the same device.
+
+Everything here runs on the event loop; informer threads only hand events over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from controller.informer import Event, Key, Obj, resource_version
+from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage, VerdictCache
+from dra_driver.allocator.result import allocation_node
+from dra_driver.cel import default_environment
+from dra_driver.pod_claims import claim_names, known_claim_names
+
+log = structlog.get_logger(__name__)
+
+SNAPSHOT_KINDS = frozenset({"resourceslices", "deviceclasses", "nodes"})
+
+
+def allocation_of(claim: Mapping[str, Any] | None) -> Obj | None:
+    if not claim:
+        return None
+    allocation = (claim.get("status") or {}).get("allocation")
+    return allocation or None
+
+
+class ClusterView:
+    def __init__(self, mode: AllocationMode) -> None:
+        self.mode = mode
+        self.objects: dict[str, dict[Key, Obj]] = {
+            kind: {} for kind in ("resourceslices", "deviceclasses", "nodes", "resourceclaims")
+        }
+        self.pods: dict[Key, Obj] = {}
+        self.users: dict[Key, set[Key]] = {}
+        """Claim → the pods that name it."""
+        self._cel = default_environment()
+        self._verdicts = VerdictCache()
+        self._snapshot: ClusterSnapshot | None = None
+        self._placer: Placer | None = None
+        self._recorded: dict[Key, Obj] = {}
+        """Claim → the allocation that `usage` holds for it (observed or assumed)."""
+        self.assumed: dict[Key, Obj] = {}
+        """Claim → an allocation decided here and not yet seen in the claim's status."""
+        self.generation = 0
+        """Bumped on every change that can make a pod that did not fit fit now."""
+        self.snapshot_builds = 0
+
+    # --- reading ---------------------------------------------------------------------------
+
+    @property
+    def claims(self) -> dict[Key, Obj]:
+        return self.objects["resourceclaims"]
+
+    @property
+    def nodes(self) -> dict[Key, Obj]:
+        return self.objects["nodes"]
+
+    def placer(self) -> Placer:
+        """The allocator over the current state, rebuilt only when slices, classes or nodes
+        changed since the last decision."""
+        if self._placer is None:
+            self._rebuild()
+        assert self._placer is not None
+        return self._placer
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self.placer().snapshot
+
+    @property
+    def usage(self) -> Usage:
+        return self.placer().usage
+
+    def claim(self, namespace: str, name: str) -> Obj | None:
+        return self.claims.get((namespace, name))
+
+    def pod_claims(self, pod: Mapping[str, Any]) -> list[Obj] | None:
+        """The pod's claims in spec order, or None while one of them does not exist yet."""
+        names = claim_names(pod)
+        if names is None:
+            return None
+        namespace = str(pod["metadata"].get("namespace") or "")
+        found = [self.claims.get((namespace, n)) for n in names]
+        if any(c is None for c in found):
+            return None
+        return [c for c in found if c is not None]
+
+    # --- events ----------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        if event.resource == "pods":
+            self._apply_pod(event)
+            return
+        store = self.objects[event.resource]
+        current = store.get(event.key)
+        if event.kind != "DELETED" and resource_version(current) > resource_version(event.obj):
+            return  # a fresher read got here first (see refresh_claims)
+        if event.kind == "DELETED":
+            store.pop(event.key, None)
+        else:
+            store[event.key] = event.obj
+        if event.resource in SNAPSHOT_KINDS:
+            if self._placer is not None:
+                self._placer = None
+            self.generation += 1
+        elif event.resource == "resourceclaims":
+            self._claim_changed(event.key, None if event.kind == "DELETED" else event.obj)
+
+    def refresh_claims(self, fresh: Iterable[Obj]) -> None:
+        """Merge a fresh list of every claim (newer than the watch may have delivered yet)."""
+        seen: set[Key] = set()
+        for claim in fresh:
+            meta = claim["metadata"]
+            key = (str(meta.get("namespace") or ""), str(meta["name"]))
+            seen.add(key)
+            if resource_version(claim) > resource_version(self.claims.get(key)):
+                self.claims[key] = claim
+                self._claim_changed(key, claim)
+        for key in [k for k in self.claims if k not in seen and k not in self.assumed]:
+            del self.claims[key]
+            self._claim_changed(key, None)
+
+    def refresh_claims_one(self, claim: Obj) -> None:
+        """Take in a claim as our own write returned it (newer than the watch so far)."""
+        key = (str(claim["metadata"].get("namespace") or ""), str(claim["metadata"]["name"]))
+        if resource_version(claim) > resource_version(self.claims.get(key)):
+            self.claims[key] = claim
+            self._claim_changed(key, claim)
+
+    def _apply_pod(self, event: Event) -> None:
+        old = self.pods.get(event.key)
+        if old is not None:
+            for name in claim_names(old) or []:
+                self.users.get((event.key[0], name), set()).discard(event.key)
+        if event.kind == "DELETED":
+            self.pods.pop(event.key, None)
+            self.generation += 1
+            return
+        self.pods[event.key] = event.obj
+        for name in claim_names(event.obj) or known_claim_names(event.obj):
+            self.users.setdefault((event.key[0], name), set()).add(event.key)
+
+    def _claim_changed(self, key: Key, claim: Obj | None) -> None:
+        allocation = allocation_of(claim)
+        if allocation is not None or claim is None:
+            self.assumed.pop(key, None)
+        if self._placer is None:
+            return  # the next rebuild reads every claim
+        wanted = allocation if allocation is not None else self.assumed.get(key)
+        self._record(key, wanted)
+        self.generation += 1
+
+    # --- assumptions -----------------------------------------------------------------------
+
+    def assume(self, key: Key, allocation: Obj) -> None:
+        self.assumed[key] = allocation
+        self._record(key, allocation)
+
+    def forget(self, key: Key) -> None:
+        """Drop an assumption (its write failed or was withdrawn); free what it held."""
+        if self.assumed.pop(key, None) is None:
+            return
+        self._record(key, allocation_of(self.claims.get(key)))
+        self.generation += 1
+
+    def conflict(self, key: Key, allocation: Obj) -> str | None:
+        """Why `allocation` for claim `key` collides with what every other claim holds now."""
+        placer = self.placer()
+        recorded = self._recorded.get(key)
+        if recorded is not None:
+            placer.release(recorded, _allocation_node(recorded))
+        try:
+            return placer.usage.conflict(placer.snapshot, allocation)
+        finally:
+            if recorded is not None:
+                placer.record(recorded, _allocation_node(recorded))
+
+    def _record(self, key: Key, allocation: Obj | None) -> None:
+        placer = self.placer()
+        old = self._recorded.pop(key, None)
+        if old is not None:
+            node = _allocation_node(old)
+            placer.release(old, node)
+        if allocation is not None:
+            placer.record(allocation, _allocation_node(allocation))
+            self._recorded[key] = allocation
+
+    def _rebuild(self) -> None:
+        snapshot = ClusterSnapshot.build(
+            self.objects["resourceslices"].values(),
+            self.objects["deviceclasses"].values(),
+            self.objects["nodes"].values(),
+            cel=self._cel,
+            verdicts=self._verdicts,
+        )
+        self._placer = Placer(snapshot, Usage(), self.mode, explain_failures=True)
+        self._recorded = {}
+        self.snapshot_builds += 1
+        for key, claim in self.claims.items():
+            allocation = allocation_of(claim) or self.assumed.get(key)
+            if allocation is not None:
+                self._placer.record(allocation, _allocation_node(allocation))
+                self._recorded[key] = allocation
+        log.debug(
+            "allocator snapshot rebuilt",
+            devices=len(snapshot.devices),
+            claims=len(self._recorded),
+        )
+
+
+def _allocation_node(allocation: Mapping[str, Any]) -> str:
+    return allocation_node(allocation) or "*"

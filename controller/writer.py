@@ -1,0 +1,106 @@
+"""Writing a decision: claims first, the gate last, and undoing a half-written decision.
+
+Order matters for crash safety. The finalizer goes on before the allocation, so no allocation of
+ours ever exists without the mark that makes us responsible for clearing it. The gate comes off
+only after every claim of the pod (of the whole gang) is written and re-checked, so a pod never
+reaches the scheduler with a claim that another allocator also holds. A crash in between leaves
+claims allocated and reserved for a still-gated pod; the next leader sees them, pins the pod to
+their node and finishes the job.
+
+These functions block (HTTP); the reconciler runs them in threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import structlog
+from kubernetes import client
+
+from controller.api import ControllerApi
+from controller.informer import Key, Obj
+
+log = structlog.get_logger(__name__)
+
+
+class NotLeaderError(RuntimeError):
+    """Leadership was lost: nothing more may be written."""
+
+
+def consumer(pod: Mapping[str, Any]) -> Obj:
+    meta = pod["metadata"]
+    return {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+
+
+def reserved_for(claim: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Obj]:
+    current = list((claim.get("status") or {}).get("reservedFor") or [])
+    uids = {r.get("uid") for r in current}
+    return current + [consumer(p) for p in pods if p["metadata"]["uid"] not in uids]
+
+
+class ClaimWriter:
+    def __init__(self, api: ControllerApi, finalizer: str, fence: Callable[[], bool]) -> None:
+        self.api = api
+        self.finalizer = finalizer
+        self._fence = fence
+
+    def _check_leader(self) -> None:
+        if not self._fence():
+            raise NotLeaderError("this replica no longer holds the leader Lease")
+
+    def allocate(
+        self, claim: Obj, allocation: Obj | None, pods: Sequence[Mapping[str, Any]]
+    ) -> Obj:
+        """Finalizer, then allocation (when given) and reservation; the claim as written."""
+        finalizers = list(claim["metadata"].get("finalizers") or [])
+        if self.finalizer not in finalizers and allocation is not None:
+            self._check_leader()
+            claim = self.api.patch_claim(claim, {"finalizers": [*finalizers, self.finalizer]})
+        status: Obj = {"reservedFor": reserved_for(claim, pods)}
+        if allocation is not None:
+            status["allocation"] = allocation
+        elif status["reservedFor"] == (claim.get("status") or {}).get("reservedFor"):
+            return claim  # allocated and reserved already: nothing to write
+        self._check_leader()
+        return self.api.patch_claim_status(claim, status)
+
+    def withdraw(self, key: Key, pods: Sequence[Mapping[str, Any]], attempts: int = 3) -> bool:
+        """Clear an allocation this controller wrote for `pods` (their gates are still on).
+
+        Re-reads the claim on a conflict: the watch may lag behind our own writes.
+        """
+        uids = {p["metadata"]["uid"] for p in pods}
+        for _ in range(attempts):
+            claim = self.api.get_claim(*key)
+            status = claim.get("status") or {}
+            keep = [r for r in status.get("reservedFor") or [] if r.get("uid") not in uids]
+            body: Obj = {"reservedFor": keep or None}
+            if not keep:
+                body["allocation"] = None
+            try:
+                self._check_leader()
+                self.api.patch_claim_status(claim, body)
+                return True
+            except client.ApiException as err:
+                if err.status == 404:
+                    return True
+                if err.status != 409:
+                    raise
+        log.warning("could not withdraw an allocation", claim=f"{key[0]}/{key[1]}")
+        return False
+
+    def deallocate(self, claim: Obj) -> None:
+        """Clear the allocation of a claim nobody uses any more, then drop our finalizer."""
+        if (claim.get("status") or {}).get("allocation"):
+            self._check_leader()
+            claim = self.api.patch_claim_status(claim, {"allocation": None, "reservedFor": None})
+        finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != self.finalizer]
+        self._check_leader()
+        self.api.patch_claim(claim, {"finalizers": finalizers or None})
+
+    def lift_gate(self, pod: Obj, gate: str) -> Obj:
+        gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+        remaining = [g for g in gates if g.get("name") != gate]
+        self._check_leader()
+        return self.api.patch_pod(pod, {"schedulingGates": remaining or None})

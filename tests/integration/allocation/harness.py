@@ -1,0 +1,212 @@
+"""An embedded API server with published fake-GPU nodes and a controller running in-process.
+
+Slices come from the real pipeline (fake backend → slice builder), written through the API, so
+the controller sees exactly what plugins would publish. No kubelet plugins run here: these tests
+are about allocation; tests/e2e runs the whole local cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from controller.config import ControllerConfig, LeaderElection
+from controller.daemon import ControllerDaemon
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.allocator import AllocationMode
+from dra_driver.backends.fake import FakeBackend
+from dra_driver.localcluster.apiserver import ApiServer
+from dra_driver.slices import SliceSettings, build_resource_slices
+
+DRIVER = DEFAULT_DRIVER_NAME
+GATE = f"{DRIVER}/allocation"
+FINALIZER = f"{DRIVER}/allocation"
+GROUP, VERSION = "resource.k8s.io", "v1"
+
+
+def config(**overrides: Any) -> ControllerConfig:
+    base = ControllerConfig(
+        driver_name=DRIVER,
+        kubeconfig=None,
+        gate_name=GATE,
+        finalizer=FINALIZER,
+        gang_label=f"{DRIVER}/gang",
+        gang_size_label=f"{DRIVER}/gang-size",
+        mode=AllocationMode.SCORED,
+        leader=LeaderElection(enabled=False),
+        resync_s=5.0,
+    )
+    return replace(base, **overrides)
+
+
+def device_class(kind: str) -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"{kind}.dra-driver.dev"},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def claim(name: str, kind: str = "gpu", count: int = 1, **extra: Any) -> dict[str, Any]:
+    devices: dict[str, Any] = {
+        "requests": [
+            {
+                "name": "req",
+                "exactly": {"deviceClassName": f"{kind}.dra-driver.dev", "count": count},
+            }
+        ],
+        **extra,
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": devices},
+    }
+
+
+def pod(
+    name: str,
+    claims: list[str],
+    *,
+    gated: bool = True,
+    labels: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": dict(labels or {})},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
+            ],
+            **spec,
+        },
+    }
+    if gated:
+        body["spec"]["schedulingGates"] = [{"name": GATE}]
+    return body
+
+
+class Cluster:
+    """Objects in the embedded API server, through the official client."""
+
+    def __init__(self, server: ApiServer, api: client.ApiClient) -> None:
+        self.server = server
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.objects = client.CustomObjectsApi(api)
+
+    def add_nodes(
+        self, count: int, gpus: str = "H100-SXM5-80GB:8", prefix: str = "node"
+    ) -> list[str]:
+        names = []
+        for index in range(count):
+            name = f"{prefix}-{index + 1}"
+            self.core.create_node(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }
+            )
+            backend = FakeBackend.from_spec(gpus, name)
+            for body in build_resource_slices(backend.inventory(), SliceSettings()):
+                self.objects.create_cluster_custom_object(GROUP, VERSION, "resourceslices", body)
+            names.append(name)
+        return names
+
+    def add_classes(self) -> None:
+        for kind in ("gpu", "mig", "timeslice", "shared"):
+            self.objects.create_cluster_custom_object(
+                GROUP, VERSION, "deviceclasses", device_class(kind)
+            )
+
+    def create_claim(self, body: dict[str, Any]) -> None:
+        self.objects.create_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", body
+        )
+
+    def create_pod(self, body: dict[str, Any]) -> None:
+        self.core.create_namespaced_pod("default", body)
+
+    def get_claim(self, name: str) -> dict[str, Any]:
+        found: Any = self.objects.get_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", name
+        )
+        return dict(found)
+
+    def claims(self) -> list[dict[str, Any]]:
+        found: Any = self.objects.list_cluster_custom_object(GROUP, VERSION, "resourceclaims")
+        return list(found["items"])
+
+    def get_pod(self, name: str) -> dict[str, Any]:
+        return dict(
+            self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, "default"))
+        )
+
+    def gated(self, name: str) -> bool:
+        gates = self.get_pod(name)["spec"].get("schedulingGates") or []
+        return any(g["name"] == GATE for g in gates)
+
+    def events_for(self, name: str) -> list[dict[str, Any]]:
+        events = self.core.list_namespaced_event("default").items
+        return [
+            dict(self.api.sanitize_for_serialization(e))
+            for e in events
+            if e.involved_object.name == name
+        ]
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+    """Wait for a condition; the controller runs on this loop, so yield to it between looks."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class RunningController:
+    daemon: ControllerDaemon
+    task: asyncio.Task[None]
+    stop: asyncio.Event
+
+    async def shutdown(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 10)
+
+
+async def start_controller(api: client.ApiClient, **overrides: Any) -> RunningController:
+    daemon = ControllerDaemon(config(**overrides), api)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run(stop))
+    await asyncio.wait_for(daemon.synced.wait(), 20)
+    return RunningController(daemon, task, stop)
+
+
+def kubeconfig_of(server: ApiServer, path: Path) -> Path:
+    return server.write_kubeconfig(path)
+
+
+async def manual_controller(api: client.ApiClient, **overrides: Any) -> ControllerDaemon:
+    """Watches running and synced, but passes run only when the test calls `run_pass`."""
+    daemon = ControllerDaemon(config(**overrides), api)
+    daemon.leading.set()
+    daemon.start_watches()
+    await asyncio.wait_for(daemon.wait_synced(), 20)
+    return daemon

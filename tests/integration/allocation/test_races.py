@@ -1,0 +1,118 @@
+"""Another allocator writes between our decision and our write: no device is held twice.
+
+The other allocator is played by the test, writing a claim allocation through the API the way
+the kube-scheduler would, at the worst moments: after our decision but before our re-check, and
+after our re-check but before our write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from controller.api import ControllerApi
+from controller.daemon import ControllerDaemon
+from tests.integration.allocation.harness import (
+    GROUP,
+    VERSION,
+    Cluster,
+    claim,
+    eventually,
+    manual_controller,
+    pod,
+)
+
+
+def steal(cluster: Cluster, name: str, allocation: dict[str, Any]) -> None:
+    """Another allocator allocates claim `name` with `allocation` (already created)."""
+    cluster.objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, "default", "resourceclaims", name, {"status": {"allocation": allocation}}
+    )
+
+
+def whole_gpu_allocation(node: str, device: str) -> dict[str, Any]:
+    return {
+        "devices": {
+            "results": [
+                {"request": "req", "driver": "gpu.dra-driver.dev", "pool": node, "device": device}
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+
+
+async def _pod_known(daemon: ControllerDaemon, name: str) -> None:
+    await eventually(lambda: ("default", name) in daemon.view.pods, what=f"pod {name} in view")
+
+
+async def test_allocation_seen_only_by_the_fresh_read_before_writing(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.add_nodes(1, gpus="H100-SXM5-80GB:1")
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("gated", ["ours"]))
+    daemon = await manual_controller(api)
+    try:
+        await _pod_known(daemon, "gated")
+        # Written now, the watch cannot have delivered it when the pass decides (no await
+        # between the start of the pass and its decision).
+        steal(cluster, "theirs", whole_gpu_allocation("node-1", "gpu-0"))
+        await daemon.reconciler.run_pass()
+        assert daemon.metrics.conflicts.labels("before-write")._value.get() == 1
+        assert "status" not in cluster.get_claim("ours")
+        await daemon.reconciler.run_pass()  # decided again: nothing fits now
+        assert "status" not in cluster.get_claim("ours")
+        assert cluster.gated("gated")
+    finally:
+        daemon.stop_watches()
+
+
+class _RacingApi(ControllerApi):
+    """Lets the other allocator write after our re-check, just before our first claim write."""
+
+    def __init__(self, inner: ControllerApi, race: Any) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._race = race
+        self.reads = 0
+        self.raced = False
+
+    def list_claims(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        return super().list_claims()
+
+    def patch_claim(self, claim: Any, metadata: Any) -> dict[str, Any]:
+        if not self.raced:
+            self.raced = True
+            self._race()
+        return super().patch_claim(claim, metadata)
+
+
+async def test_allocation_landing_between_recheck_and_write_is_withdrawn(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.add_nodes(1, gpus="H100-SXM5-80GB:1")
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("gated", ["ours"]))
+    daemon = await manual_controller(api)
+    racing = _RacingApi(
+        daemon.calls, lambda: steal(cluster, "theirs", whole_gpu_allocation("node-1", "gpu-0"))
+    )
+    daemon.reconciler.api = racing
+    daemon.reconciler.writer.api = racing
+    try:
+        await _pod_known(daemon, "gated")
+        await daemon.reconciler.run_pass()
+        assert racing.reads == 2
+        assert daemon.metrics.conflicts.labels("after-write")._value.get() == 1
+        ours = cluster.get_claim("ours")
+        assert "allocation" not in ours.get("status", {}), "our allocation must be withdrawn"
+        assert cluster.gated("gated"), "the gate stays on: the pod never saw the device"
+    finally:
+        daemon.stop_watches()
