@@ -1,23 +1,29 @@
-"""The controller process: watches, the allocation loop while leading, health and metrics.
+"""The controller process: watches, leader election, the allocation loop while leading, health
+and metrics.
 
 Watches run on every replica, leader or not, so a standby that takes over already has the whole
-cluster in memory and starts deciding at once. Only the leader writes; the allocation loop checks
-the Lease before every write and stops the moment leadership is lost.
+cluster in memory and starts deciding at once. Only the leader writes: the allocation loop runs
+for one leadership term, every write is fenced by `is_leader(term)`, and when the term ends the
+loop finishes its current step without writing and forgets every decision it had not written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
+from typing import Any
 
 import structlog
 from kubernetes import client
-from prometheus_client import CollectorRegistry
 
 from controller.allocation_metrics import AllocationMetrics
 from controller.api import ControllerApi
 from controller.config import ControllerConfig
+from controller.health import HealthEndpoint, HealthState, serve_health
 from controller.informer import Informer
+from controller.leader import LeaderElector
+from controller.metrics import ControllerMetrics, MetricsEndpoint
 from controller.reconciler import Reconciler
 from controller.view import ClusterView
 from dra_driver.kube_client import api_client
@@ -32,16 +38,21 @@ class ControllerDaemon:
     def __init__(self, config: ControllerConfig, api: client.ApiClient) -> None:
         self.config = config
         self.api = api
-        self.registry = CollectorRegistry()
-        self.metrics = AllocationMetrics(self.registry)
+        self.controller_metrics = ControllerMetrics()
+        self.metrics = AllocationMetrics(self.controller_metrics.registry)
+        self.health = HealthState()
+        self.elector = LeaderElector(config.leader, api, metrics=self.controller_metrics)
         self.view = ClusterView(config.mode)
         self.calls = ControllerApi(api, COMPONENT)
-        self.leading = asyncio.Event()
+        self.term: int | None = None
         self.reconciler = Reconciler(
-            config, self.view, self.calls, self.metrics, is_leader=self.leading.is_set
+            config, self.view, self.calls, self.metrics, is_leader=self._fence
         )
         self.informers: list[Informer] = []
         self.synced = asyncio.Event()
+
+    def _fence(self) -> bool:
+        return self.term is not None and self.elector.is_leader(self.term)
 
     def start_watches(self) -> None:
         loop = asyncio.get_running_loop()
@@ -54,33 +65,74 @@ class ControllerDaemon:
         for informer in self.informers:
             informer.stop()
 
-    async def run(self, stop: asyncio.Event) -> None:
-        self.start_watches()
-        try:
-            await self._wait_synced(stop)
-            if stop.is_set():
-                return
-            self.synced.set()
-            log.info("watches synced")
-            self.leading.set()  # without leader election this replica always leads
-            self.reconciler.take_over()
-            await self.reconciler.run(stop)
-        finally:
-            self.leading.clear()
-            self.stop_watches()
-
     async def wait_synced(self) -> None:
         for informer in self.informers:
             await informer.synced.wait()
 
-    async def _wait_synced(self, stop: asyncio.Event) -> None:
-        synced = asyncio.ensure_future(self.wait_synced())
-        stopped = asyncio.ensure_future(stop.wait())
+    async def run(self, stop: asyncio.Event) -> None:
+        endpoints = self._serve_endpoints()
+        heartbeat = asyncio.create_task(self.health.heartbeat(stop))
+        release = asyncio.Event()
+        election = asyncio.create_task(self.elector.run(release))
+        self.start_watches()
         try:
-            await asyncio.wait([synced, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not await _first(self.wait_synced(), stop):
+                return
+            self.synced.set()
+            self.health.set_synced(True)
+            log.info("watches synced", identity=self.config.leader.identity)
+            while not stop.is_set():
+                term = await _first(self.elector.wait_leading(), stop)
+                if term is None:
+                    break
+                await self._lead(term, stop)
         finally:
-            synced.cancel()
-            stopped.cancel()
+            self.term = None
+            release.set()  # the loop has stopped writing: the Lease may go
+            with contextlib.suppress(asyncio.CancelledError):
+                await election
+            self.stop_watches()
+            heartbeat.cancel()
+            for endpoint in endpoints:
+                endpoint.shutdown()
+
+    async def _lead(self, term: int, stop: asyncio.Event) -> None:
+        self.term = term
+        log.info("leading: allocating", term=term)
+        self.reconciler.take_over()
+        loop_task = asyncio.create_task(self.reconciler.run(stop))
+        lost = asyncio.ensure_future(self.elector.wait_not_leading())
+        await asyncio.wait([loop_task, lost], return_when=asyncio.FIRST_COMPLETED)
+        self.term = None  # fences every write from here on
+        lost.cancel()
+        self.reconciler.wake()
+        await loop_task
+        self.reconciler.step_down()
+        log.info("no longer leading", term=term)
+
+    def _serve_endpoints(self) -> list[MetricsEndpoint | HealthEndpoint]:
+        endpoints: list[MetricsEndpoint | HealthEndpoint] = []
+        if self.config.metrics_port is not None:
+            endpoints.append(self.controller_metrics.serve(self.config.metrics_port))
+        if self.config.healthcheck_port is not None:
+            endpoints.append(serve_health(self.health, self.config.healthcheck_port))
+        return endpoints
+
+
+async def _first(work: Awaitable[Any], stop: asyncio.Event) -> Any:
+    """The result of `work`, or None when `stop` is set first."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled() or not task.done():
+        return None
+    result = task.result()
+    return True if result is None else result
 
 
 async def _serve(config: ControllerConfig) -> None:
@@ -90,8 +142,7 @@ async def _serve(config: ControllerConfig) -> None:
     try:
         await ControllerDaemon(config, api).run(stop)
     finally:
-        with contextlib.suppress(Exception):
-            api.close()  # type: ignore[no-untyped-call]
+        api.close()  # type: ignore[no-untyped-call]
 
 
 def run_controller(config: ControllerConfig) -> int:

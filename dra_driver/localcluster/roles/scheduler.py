@@ -8,7 +8,8 @@ each claim's `status.allocation` and `reservedFor`, and binds the pod by setting
 re-reads the claims right before writing and gives up a choice whose devices were taken since
 the pass began (the pass reads the cluster once and can take seconds). Pods that carry a
 gate are left to the controller. Nothing is scored, nothing
-is preempted; a pod that does not fit stays pending and is tried again on the next pass.
+is preempted; a pod that does not fit stays pending with `PodScheduled=False` (reason
+`Unschedulable`, as the real scheduler reports it) and is tried again on the next pass.
 """
 
 from __future__ import annotations
@@ -29,6 +30,21 @@ MERGE = "application/merge-patch+json"
 
 def _items(resource: Any) -> list[dict[str, Any]]:
     return list(resource.get().to_dict().get("items") or [])
+
+
+def _mark_unschedulable(pods: Any, pod: dict[str, Any], message: str) -> None:
+    """`PodScheduled=False, Unschedulable`, as the scheduler reports a pod it cannot place."""
+    conditions = list((pod.get("status") or {}).get("conditions") or [])
+    mine = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    if any(c.get("message") == message and c.items() >= mine.items() for c in conditions):
+        return
+    others = [c for c in conditions if c.get("type") != "PodScheduled"]
+    pods.status.patch(
+        body={"status": {"conditions": [*others, {**mine, "message": message}]}},
+        name=pod["metadata"]["name"],
+        namespace=pod["metadata"]["namespace"],
+        content_type=MERGE,
+    )
 
 
 def _clash(
@@ -93,9 +109,11 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
                 placement = placer.place(unallocated, nodes=schedulable)
             except AllocationError as err:
                 log.warning("pod cannot be scheduled", pod=meta["name"], error=err.message)
+                _mark_unschedulable(pods, pod, err.message)
                 continue
             if placement.allocations is None:
                 log.info("pod does not fit", pod=meta["name"], reason=placement.reason)
+                _mark_unschedulable(pods, pod, placement.reason or "no node fits")
                 continue
             clash = _clash(snapshot, claims, unallocated, placement.allocations)
             if clash is not None:

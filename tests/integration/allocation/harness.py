@@ -206,7 +206,7 @@ def kubeconfig_of(server: ApiServer, path: Path) -> Path:
 async def manual_controller(api: client.ApiClient, **overrides: Any) -> ControllerDaemon:
     """Watches running and synced, but passes run only when the test calls `run_pass`."""
     daemon = ControllerDaemon(config(**overrides), api)
-    daemon.leading.set()
+    daemon.term = 0  # election is off in these tests: any term leads
     daemon.start_watches()
     await asyncio.wait_for(daemon.wait_synced(), 20)
     return daemon

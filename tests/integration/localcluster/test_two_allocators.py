@@ -1,0 +1,195 @@
+"""Two allocators on the same nodes, and a leader that dies mid-stream: no device is ever held
+by two claims (the allocator's independent checker over the final claims says so)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.allocator.checker import check_allocations
+from dra_driver.localcluster.cluster import LocalCluster
+
+DRIVER = DEFAULT_DRIVER_NAME
+GATE = f"{DRIVER}/allocation"
+GROUP, VERSION = "resource.k8s.io", "v1"
+
+
+def _classes() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": f"{kind}.dra-driver.dev"},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f'device.driver == "{DRIVER}" && '
+                            f'device.attributes["{DRIVER}"].type == "{kind}"'
+                        }
+                    }
+                ]
+            },
+        }
+        for kind in ("gpu", "mig", "shared")
+    ]
+
+
+def _claim(name: str, kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "req", "exactly": {"deviceClassName": f"{kind}.dra-driver.dev"}}
+                ]
+            }
+        },
+    }
+
+
+def _pod(name: str, claim: str, *, gated: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox"}],
+        "resourceClaims": [{"name": "d", "resourceClaimName": claim}],
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+async def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def _violations(cluster: LocalCluster) -> list[str]:
+    assert cluster.api is not None
+    objects = client.CustomObjectsApi(cluster.api)
+    listed: Any = {
+        plural: objects.list_cluster_custom_object(GROUP, VERSION, plural)["items"]
+        for plural in ("resourceslices", "deviceclasses", "resourceclaims")
+    }
+    found = check_allocations(
+        listed["resourceslices"], listed["deviceclasses"], listed["resourceclaims"]
+    )
+    return [f"{v.claim}: {v.rule}: {v.message}" for v in found]
+
+
+def _waits_for_a_reason(pod: Any) -> bool:
+    """A pending pod one of the allocators has looked at and reported as not fitting."""
+    wanted = {f"{DRIVER}/DevicesAllocated", "PodScheduled"}
+    return any(
+        c.type in wanted and c.status == "False"
+        for c in (pod.status.conditions if pod.status else None) or []
+    )
+
+
+async def test_controller_and_scheduler_side_by_side_never_double_book() -> None:
+    """Hundreds of pods, half gated, half not, racing in waves for the same GPUs' MIG slices and
+    fractional shares; more are asked for than the nodes have."""
+    waves, per_wave = 8, 30
+    kinds = ("mig", "shared", "mig")
+    async with LocalCluster(nodes=2, gpus="H100-SXM5-80GB:4", poll_s=0.05) as cluster:
+        await cluster.wait_registered()
+        cluster.apply(_classes())
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        for wave in range(waves):
+            batch = []
+            for j in range(per_wave):
+                i = wave * per_wave + j
+                batch.append(_claim(f"c-{i}", kinds[i % len(kinds)]))
+                batch.append(_pod(f"p-{i}", f"c-{i}", gated=i % 2 == 0))
+            await asyncio.to_thread(cluster.apply, batch)
+
+        def settled() -> bool:
+            listed = core.list_namespaced_pod("default").items
+            return all(p.spec.node_name or _waits_for_a_reason(p) for p in listed)
+
+        await _eventually(settled, timeout=240, what="both allocators to finish")
+        listed = core.list_namespaced_pod("default").items
+        bound = [p for p in listed if p.spec.node_name]
+        gated_bound = [p for p in bound if int(p.metadata.name[2:]) % 2 == 0]
+        assert gated_bound and len(gated_bound) < len(bound), "both allocators must take part"
+        assert len(bound) < waves * per_wave, "the nodes must have run out (contention)"
+        assert _violations(cluster) == []
+
+
+async def test_leader_failover_mid_stream_without_double_allocation() -> None:
+    timing = ("--lease-duration=2s", "--renew-deadline=1.5s", "--retry-period=0.2s")
+    async with LocalCluster(
+        nodes=2, gpus="H100-SXM5-80GB:4", controllers=2, controller_args=timing
+    ) as cluster:
+        await cluster.wait_registered()
+        cluster.apply(_classes())
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        objects = client.CustomObjectsApi(cluster.api)
+
+        def holder() -> str | None:
+            try:
+                lease: Any = objects.get_namespaced_custom_object(
+                    "coordination.k8s.io",
+                    "v1",
+                    "default",
+                    "leases",
+                    "gpu-dra-driver-dev-controller",
+                )
+            except client.ApiException:
+                return None
+            return lease["spec"].get("holderIdentity") or None
+
+        def ungated(names: list[str]) -> Callable[[], bool]:
+            def check() -> bool:
+                return all(
+                    not core.read_namespaced_pod(n, "default").spec.scheduling_gates for n in names
+                )
+
+            return check
+
+        await _eventually(lambda: holder() is not None, timeout=30, what="a leader")
+        first = holder()
+        wave_one = [f"p-{i}" for i in range(20)]
+        cluster.apply(
+            [
+                d
+                for i in range(20)
+                for d in (_claim(f"c-{i}", "mig"), _pod(f"p-{i}", f"c-{i}", gated=True))
+            ]
+        )
+        # Kill the leader while it is working through the first wave.
+        await _eventually(
+            lambda: (
+                sum(
+                    not core.read_namespaced_pod(n, "default").spec.scheduling_gates
+                    for n in wave_one
+                )
+                >= 5
+            ),
+            timeout=60,
+            what="the first allocations",
+        )
+        leader = next(c for c in cluster.controllers if c.name == first)
+        await cluster.stop_controller(leader, kill=True)
+        wave_two = [f"p-{i}" for i in range(20, 40)]
+        cluster.apply(
+            [
+                d
+                for i in range(20, 40)
+                for d in (_claim(f"c-{i}", "mig"), _pod(f"p-{i}", f"c-{i}", gated=True))
+            ]
+        )
+        await _eventually(ungated(wave_one + wave_two), timeout=90, what="the standby to finish")
+        assert holder() not in (None, first)
+        assert _violations(cluster) == []
