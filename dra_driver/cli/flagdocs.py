@@ -71,13 +71,13 @@ def describe(build_parser: Callable[[], argparse.ArgumentParser]) -> list[Flag]:
     for action in build_parser()._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
-        name = max(action.option_strings, key=len) if action.option_strings else action.dest
+        name = action.option_strings[-1] if action.option_strings else action.dest
         if isinstance(action, argparse.BooleanOptionalAction):
-            name = f"{name} / --no-{name.removeprefix('--')}"
+            name = " / ".join(action.option_strings)
         flags.append(
             Flag(
                 name,
-                env.get(max(action.option_strings, key=len)),
+                env.get(action.option_strings[0] if action.option_strings else ""),
                 _default_text(action),
                 action.help or "",
             )
