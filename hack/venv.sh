@@ -16,7 +16,7 @@ fi
 stamp="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test]"
+  "$VENV/bin/python" -m pip install --quiet -e "${ROOT}[test]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

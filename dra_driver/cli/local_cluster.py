@@ -15,6 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
+from dra_driver.deviceclasses import device_classes
 from dra_driver.localcluster.cluster import DEFAULT_GPUS, LocalCluster
 from dra_driver.localcluster.demo import run_demo
 from dra_driver.logging_setup import configure_logging
@@ -34,6 +35,7 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with LocalCluster(nodes=args.nodes, gpus=args.gpus) as cluster:
         await cluster.wait_registered()
+        cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
         print(f"API server: {cluster.server.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
         for node in cluster.nodes:
@@ -82,7 +84,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         nargs="+",
         metavar="PATH",
-        help="apply these YAML files (or directories of them), report every pod, and exit",
+        help="apply these YAML files (or directories of them) after the chart's DeviceClasses, "
+        "check that every pod got what it asked for, report, and exit",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the demo pods"

@@ -1,4 +1,4 @@
-"""The README's first command: the example pods through the whole local cluster."""
+"""The README's first command: every example in deploy/examples through the whole local cluster."""
 
 from __future__ import annotations
 
@@ -7,20 +7,25 @@ from pathlib import Path
 
 import yaml
 
-from dra_driver.localcluster.demo import run_demo
+from dra_driver.localcluster.demo import NEEDS_CONTROLLER, run_demo
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples" / "local"
+EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples"
 
 
-async def test_every_example_pod_is_prepared_and_released() -> None:
+async def test_every_example_pod_gets_what_it_asked_for() -> None:
     out = io.StringIO()
     code = await run_demo([EXAMPLES], nodes=2, gpus="H100-SXM5-80GB:8", timeout_s=60, out=out)
     text = out.getvalue()
     assert code == 0, text
-    assert "all 5 example pods got their devices and released them" in text
+    ran = len(list(EXAMPLES.glob("*.yaml"))) - len(NEEDS_CONTROLLER)
+    assert f"all 10 example pods got what they asked for and released it ({ran} example" in text
+    for name in NEEDS_CONTROLLER:
+        assert f"skipped {name}" in text
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in text
     assert "_SHARING=TimeSlicing:Short" in text
-    assert "_MIG_1G10GB_" in text
+    assert "_MIG_1G10GB_" in text and "_MIG_1G20GB_" in text  # by profile, by capacity
+    # Both pods of the shared claim were prepared with the one device of that claim.
+    assert text.count("claim shared-gpu: gpu -> gpu-") == 2
 
 
 async def test_a_pod_that_cannot_fit_fails_the_demo(tmp_path: Path) -> None:
@@ -64,7 +69,7 @@ async def test_a_pod_that_cannot_fit_fails_the_demo(tmp_path: Path) -> None:
     )
     out = io.StringIO()
     code = await run_demo(
-        [EXAMPLES / "deviceclasses.yaml", greedy],
+        [greedy],
         nodes=1,
         gpus="H100-SXM5-80GB:8",
         timeout_s=3,

@@ -1,0 +1,191 @@
+"""The Helm chart: renders, lints strictly, and produces objects every supported Kubernetes
+version accepts, for the default values and the other ways it is meant to be installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from controller.cli import build_parser as controller_parser
+from dra_driver.cli.flagdocs import environment_variables
+from dra_driver.deviceclasses import device_classes
+from kubeletplugin.cli import build_parser as plugin_parser
+from tests.deploy.chart import CHART, KUBE_VERSIONS, VALUE_SETS, find, one, render, render_text
+
+
+def _container(objects: tuple[dict[str, Any], ...], kind: str) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = one(objects, kind)["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_rendered_object_validates_strictly(value_set: str, kube_version: str) -> None:
+    objects = render(value_set, kube_version)
+    assert objects
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{value_set}: {obj['kind']} {obj['metadata']['name']}: {err.message}")
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_the_chart_lints_strictly(value_set: str) -> None:
+    report = helm.lint(CHART, VALUE_SETS[value_set], strict=True, kube_version="v1.36.0")
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+def test_kubernetes_before_1_34_is_refused() -> None:
+    with pytest.raises(helm.HelmError, match="kubeVersion"):
+        render_text({}, "1.33.0")
+
+
+def test_bad_values_name_the_field() -> None:
+    with pytest.raises(helm.HelmValuesError, match="/controller/mode"):
+        render_text({"controller": {"mode": "fastest"}})
+    with pytest.raises(helm.HelmValuesError, match="/kubeletPlugin/shapes/0"):
+        render_text({"kubeletPlugin": {"shapes": ["vgpu"]}})
+    with pytest.raises(helm.HelmValuesError, match="additional properties 'replicas'"):
+        render_text({"kubeletPlugin": {"replicas": 2}})
+
+
+@pytest.mark.parametrize(
+    ("value_set", "driver", "shapes", "extended"),
+    [
+        ("defaults", "gpu.dra-driver.dev", ("gpu", "mig", "timeslice", "shared"), {}),
+        ("custom-driver", "gpu.example.com", ("gpu", "mig"), {"gpu": "nvidia.com/gpu"}),
+        ("plugin-only", "acme.example.org", ("gpu", "mig", "timeslice", "shared"), {}),
+    ],
+)
+def test_device_classes_are_the_ones_the_code_defines(
+    value_set: str, driver: str, shapes: tuple[str, ...], extended: dict[str, str]
+) -> None:
+    rendered = find(render(value_set), "DeviceClass")
+    for obj in rendered:
+        assert obj["metadata"].pop("labels")["app.kubernetes.io/instance"] == "dra"
+    assert rendered == device_classes(driver, shapes, extended)
+
+
+def test_default_device_class_names() -> None:
+    names = [o["metadata"]["name"] for o in find(render("defaults"), "DeviceClass")]
+    assert names == [
+        "gpu.dra-driver.dev",
+        "mig.dra-driver.dev",
+        "timeslice.dra-driver.dev",
+        "shared.dra-driver.dev",
+    ]
+
+
+def test_plugin_daemonset_runs_privileged_with_the_kubelet_paths() -> None:
+    objects = render("defaults")
+    daemonset = one(objects, "DaemonSet")
+    assert daemonset["spec"]["updateStrategy"]["rollingUpdate"] == {
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+    }
+    pod = daemonset["spec"]["template"]["spec"]
+    container = _container(objects, "DaemonSet")
+    assert container["securityContext"]["privileged"] is True
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert host_paths == {
+        "plugins-registry": "/var/lib/kubelet/plugins_registry",
+        "plugins": "/var/lib/kubelet/plugins",
+        "cdi": "/var/run/cdi",
+        "dev": "/dev",
+        "driver-root": "/",
+    }
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    # The DRA socket path must be the same inside and outside the container.
+    assert mounts["plugins"] == host_paths["plugins"]
+    assert mounts["plugins-registry"] == host_paths["plugins-registry"]
+    env = _env(container)
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert env["DRA_NVML"] == "true" and "DRA_FAKE_GPUS" not in env
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert "127.0.0.1:9401" in container["livenessProbe"]["exec"]["command"][-1]
+
+
+def test_fake_gpus_need_neither_dev_nor_the_driver() -> None:
+    container = _container(render("kind"), "DaemonSet")
+    env = _env(container)
+    assert env["DRA_FAKE_GPUS"] == "H100-SXM5-80GB:8" and "DRA_NVML" not in env
+    assert {m["name"] for m in container["volumeMounts"]} == {"plugins-registry", "plugins", "cdi"}
+    assert container["image"] == "gpu-dra-driver:dev"
+
+
+def test_controller_is_leader_elected_and_unprivileged() -> None:
+    objects = render("defaults")
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    env = _env(_container(objects, "Deployment"))
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["DRA_LEASE_NAME"] == "gpu-dra-driver-dev-controller"
+    lease_rules = [
+        r for role in find(objects, "Role") for r in role["rules"] if "leases" in r["resources"]
+    ]
+    named = [r for r in lease_rules if r.get("resourceNames")]
+    assert named and named[0]["resourceNames"] == ["gpu-dra-driver-dev-controller"]
+
+
+def test_custom_names_reach_the_controller() -> None:
+    env = _env(_container(render("custom-driver"), "Deployment"))
+    assert env["DRA_DRIVER_NAME"] == "gpu.example.com"
+    assert env["DRA_GATE_NAME"] == "example.com/gpu-placement"
+    assert env["DRA_LEASE_NAME"] == "gpu-placement"
+    assert env["DRA_ALLOCATION_MODE"] == "first-fit"
+
+
+def test_plugin_only_install_has_no_controller_objects() -> None:
+    objects = render("plugin-only")
+    assert find(objects, "Deployment") == []
+    assert find(objects, "ValidatingAdmissionPolicy") == []
+    assert [sa["metadata"]["name"] for sa in find(objects, "ServiceAccount")] == [
+        "dra-gpu-dra-driver-kubelet-plugin"
+    ]
+    assert "ports" not in _container(objects, "DaemonSet")
+
+
+@pytest.mark.parametrize(
+    ("kind", "parser"), [("DaemonSet", plugin_parser), ("Deployment", controller_parser)]
+)
+def test_every_environment_variable_the_chart_sets_is_read_by_the_daemon(
+    kind: str, parser: Any
+) -> None:
+    known = environment_variables(parser) | {"LD_LIBRARY_PATH"}  # the dynamic loader reads that one
+    for value_set in VALUE_SETS:
+        objects = render(value_set)
+        if not find(objects, kind):
+            continue
+        unknown = set(_env(_container(objects, kind))) - known
+        assert not unknown, f"{value_set}: {kind} sets {unknown}, which the daemon never reads"
+
+
+def test_admission_policy_is_bound_to_the_plugin_service_account() -> None:
+    objects = render("defaults")
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert (
+        '"system:serviceaccount:dra-system:dra-gpu-dra-driver-kubelet-plugin"'
+        in condition["expression"]
+    )
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["nodeName"]
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules[0]["resources"] == ["resourceslices"]
+    assert set(rules[0]["operations"]) == {"CREATE", "UPDATE", "DELETE"}

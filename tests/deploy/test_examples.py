@@ -1,0 +1,65 @@
+"""The examples in deploy/examples are valid Kubernetes objects for every supported version, and
+the ones the local demo leaves out are exactly those that wait for the allocation controller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from controller.config import default_gang_label, default_gang_size_label, default_gate
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.localcluster.demo import NEEDS_CONTROLLER
+from tests.deploy.chart import KUBE_VERSIONS, ROOT
+
+EXAMPLES = ROOT / "deploy" / "examples"
+FILES = sorted(EXAMPLES.glob("*.yaml"))
+GATE = default_gate(DEFAULT_DRIVER_NAME)
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_example_validates_strictly(kube_version: str) -> None:
+    assert len(FILES) >= 11
+    for path in FILES:
+        assert path.read_text().startswith("# "), f"{path.name}: starts without a comment header"
+        for doc in _documents(path):
+            try:
+                kubernetes_validate.validate(doc, kube_version, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                pytest.fail(f"{path.name}: {doc['kind']} {doc['metadata']['name']}: {err.message}")
+
+
+def test_the_demo_skips_exactly_the_gated_examples() -> None:
+    gated = {
+        path.name
+        for path in FILES
+        for doc in _documents(path)
+        if doc["kind"] == "Pod"
+        and any(g["name"] == GATE for g in doc["spec"].get("schedulingGates") or [])
+    }
+    assert gated == NEEDS_CONTROLLER
+
+
+def test_gang_pods_carry_the_controllers_labels() -> None:
+    pods = [d for d in _documents(EXAMPLES / "gang.yaml") if d["kind"] == "Pod"]
+    assert len(pods) == 2
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        assert labels[default_gang_label(DEFAULT_DRIVER_NAME)] == "trainers"
+        assert labels[default_gang_size_label(DEFAULT_DRIVER_NAME)] == "2"
+
+
+def test_object_names_are_unique_across_examples() -> None:
+    seen: dict[tuple[str, str], str] = {}
+    for path in FILES:
+        for doc in _documents(path):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in seen, f"{key} is in both {seen[key]} and {path.name}"
+            seen[key] = path.name

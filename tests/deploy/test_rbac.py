@@ -1,0 +1,162 @@
+"""The chart's RBAC grants each ServiceAccount exactly what its daemon's code calls.
+
+The permissions are derived from the code (tests/deploy/api_calls.py); the rendered chart's
+Roles and ClusterRoles are compared with them in both directions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from tests.deploy.api_calls import (
+    Permission,
+    UnmappedCall,
+    _Module,
+    _parse,
+    _Scanner,
+    granted_permissions,
+    needed_permissions,
+)
+from tests.deploy.chart import render
+
+SERVICE_ACCOUNTS = {
+    "kubelet-plugin": "dra-gpu-dra-driver-kubelet-plugin",
+    "controller": "dra-gpu-dra-driver-controller",
+}
+
+BINDING = "resourceclaims/binding"
+
+
+def implied(needed: Iterable[Permission]) -> set[Permission]:
+    """Permissions the API server checks although no call names them.
+
+    From 1.36 a write to a claim's status that sets status.allocation or status.reservedFor is
+    also authorised against the synthetic subresource resourceclaims/binding, with the verb of
+    the write; only an allocator writes those fields, and every status write of the controller
+    is one of those.
+    """
+    return {
+        Permission(p.group, BINDING, p.verb)
+        for p in needed
+        if (p.group, p.resource) == ("resource.k8s.io", "resourceclaims/status")
+    }
+
+
+# The allocation controller's daemon is being written; until it lands, its code makes no API
+# call and this set stands for the calls its design commits to (docs/architecture.md). The merge
+# of the daemon empties this set: from then on everything is derived from the code, and
+# test_pending_controller_calls_are_gone_once_the_controller_calls_the_api makes sure of it.
+PENDING_CONTROLLER_CALLS: frozenset[Permission] = frozenset(
+    {
+        Permission("resource.k8s.io", "deviceclasses", "list"),
+        Permission("resource.k8s.io", "deviceclasses", "watch"),
+        Permission("resource.k8s.io", "resourceslices", "list"),
+        Permission("resource.k8s.io", "resourceslices", "watch"),
+        Permission("resource.k8s.io", "resourceclaims", "get"),
+        Permission("resource.k8s.io", "resourceclaims", "list"),
+        Permission("resource.k8s.io", "resourceclaims", "watch"),
+        Permission("resource.k8s.io", "resourceclaims", "patch"),
+        Permission("resource.k8s.io", "resourceclaims/status", "patch"),
+        Permission("", "pods", "get"),
+        Permission("", "pods", "list"),
+        Permission("", "pods", "watch"),
+        Permission("", "pods", "patch"),
+        Permission("", "pods/status", "patch"),
+        Permission("", "nodes", "list"),
+        Permission("", "nodes", "watch"),
+        Permission("", "events", "create"),
+        Permission("coordination.k8s.io", "leases", "get"),
+        Permission("coordination.k8s.io", "leases", "create"),
+        Permission("coordination.k8s.io", "leases", "update"),
+    }
+)
+
+
+def expected(component: str) -> set[Permission]:
+    needed = set(needed_permissions(component))
+    if component == "controller":
+        needed |= PENDING_CONTROLLER_CALLS
+    return needed | implied(needed)
+
+
+@pytest.mark.parametrize("component", sorted(SERVICE_ACCOUNTS))
+def test_rbac_grants_exactly_what_the_code_calls(component: str) -> None:
+    granted = granted_permissions(render("defaults"), SERVICE_ACCOUNTS[component])
+    wanted = expected(component)
+    missing = sorted(str(p) for p in wanted - granted)
+    extra = sorted(str(p) for p in granted - wanted)
+    assert not missing, f"{component}: the code needs {missing}, the chart does not grant them"
+    assert not extra, f"{component}: the chart grants {extra}, which the code never uses"
+
+
+def test_pending_controller_calls_are_gone_once_the_controller_calls_the_api() -> None:
+    if needed_permissions("controller"):
+        assert not PENDING_CONTROLLER_CALLS, (
+            "the controller's code now calls the API: empty PENDING_CONTROLLER_CALLS so its "
+            "RBAC is checked against the code alone"
+        )
+
+
+def test_the_plugin_calls_are_found_where_they_are() -> None:
+    """The scanner sees the plugin's calls through every pattern the plugin uses."""
+    needed = needed_permissions("kubelet-plugin")
+    where = {str(p): " ".join(w) for p, w in needed.items()}
+    assert "resource.k8s.io/resourceslices:list" in where  # CustomObjectsApi, module constants
+    assert "publisher/store.py" in where["resource.k8s.io/resourceslices:update"]  # replace
+    assert "prepare/claims.py" in where["resource.k8s.io/resourceclaims:get"]
+    assert "daemon.py" in where["core/nodes:get"]  # chained client.CoreV1Api(api).read_node
+    assert "events.py" in where["core/events:create"]  # self attribute under cast(Any, ...)
+
+
+def _scan(source: str, tmp_name: str = "probe") -> set[str]:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / f"{tmp_name}.py"
+        path.write_text(source)
+        module: _Module = _parse(tmp_name, path)
+        return {str(p) for p, _ in _Scanner(module).scan()}
+
+
+def test_watches_and_workers_are_understood() -> None:
+    found = _scan(
+        "import asyncio\n"
+        "from kubernetes import client, watch\n"
+        "GROUP = 'resource.k8s.io'\n"
+        "class Loop:\n"
+        "    def __init__(self, api):\n"
+        "        self.core = client.CoreV1Api(api)\n"
+        "        self.objects = client.CustomObjectsApi(api)\n"
+        "    async def run(self):\n"
+        "        for event in watch.Watch().stream(self.core.list_pod_for_all_namespaces):\n"
+        "            pass\n"
+        "        await asyncio.to_thread(self.core.patch_namespaced_pod_status, 'p', 'ns', {})\n"
+        "        self.objects.list_cluster_custom_object(\n"
+        "            GROUP, 'v1', 'deviceclasses', watch=True)\n"
+        "        coord = client.CoordinationV1Api()\n"
+        "        coord.replace_namespaced_lease('l', 'ns', {})\n"
+    )
+    assert found == {
+        "core/pods:watch",
+        "core/pods/status:patch",
+        "resource.k8s.io/deviceclasses:watch",
+        "coordination.k8s.io/leases:update",
+    }
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("def f(api, g):\n    api.list_cluster_custom_object(g, 'v1', 'x')\n", "group"),
+        ("def f(api):\n    api.create_namespaced_event('ns', {})\n", "which client API class"),
+        ("def f(api):\n    handlers = [api.read_namespaced_pod]\n", "cannot map"),
+        ("from kubernetes import dynamic\n", "dynamic client"),
+        ("def f(api, path):\n    api.call_api(path, 'GET')\n", "computed path"),
+    ],
+)
+def test_calls_the_scanner_cannot_map_fail_loudly(source: str, why: str) -> None:
+    with pytest.raises(UnmappedCall, match=why):
+        _scan(source)
