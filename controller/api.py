@@ -13,7 +13,8 @@ import datetime
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any, Final
+from functools import partial
+from typing import Any, Final, cast
 
 from kubernetes import client
 
@@ -43,15 +44,68 @@ class ControllerApi:
 
     # --- list and watch (the informers) ------------------------------------------------------
 
-    def list_calls(self) -> dict[str, tuple[ListCall, tuple[Any, ...]]]:
-        """Resource → (list method, leading arguments) for the informers."""
-        custom = self._objects.list_cluster_custom_object
+    def informer_calls(self) -> dict[str, tuple[ListCall, ListCall]]:
+        """Resource → (list, watch) for the informers; each takes the request's options."""
         return {
-            SLICES: (custom, (GROUP, VERSION, SLICES)),
-            CLASSES: (custom, (GROUP, VERSION, CLASSES)),
-            CLAIMS: (custom, (GROUP, VERSION, CLAIMS)),
-            "pods": (self._core.list_pod_for_all_namespaces, ()),
-            "nodes": (self._core.list_node, ()),
+            SLICES: (
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    SLICES,
+                    _preload_content=False,
+                ),
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    SLICES,
+                    watch=True,
+                    _preload_content=False,
+                ),
+            ),
+            CLASSES: (
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    CLASSES,
+                    _preload_content=False,
+                ),
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    CLASSES,
+                    watch=True,
+                    _preload_content=False,
+                ),
+            ),
+            CLAIMS: (
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    CLAIMS,
+                    _preload_content=False,
+                ),
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    CLAIMS,
+                    watch=True,
+                    _preload_content=False,
+                ),
+            ),
+            "pods": (
+                partial(self._core.list_pod_for_all_namespaces, _preload_content=False),
+                partial(self._core.list_pod_for_all_namespaces, watch=True, _preload_content=False),
+            ),
+            "nodes": (
+                partial(self._core.list_node, _preload_content=False),
+                partial(self._core.list_node, watch=True, _preload_content=False),
+            ),
         }
 
     def list_claims(self) -> list[Obj]:
@@ -145,5 +199,7 @@ class ControllerApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        create: Any = self._core.create_namespaced_event  # takes a plain dict body as well
-        create(meta["namespace"], body, _preload_content=False)
+        # The typed signature wants a CoreV1Event; the client sends a plain dict body as it is.
+        cast(Any, self._core).create_namespaced_event(
+            meta["namespace"], body, _preload_content=False
+        )

@@ -56,8 +56,8 @@ class ControllerDaemon:
 
     def start_watches(self) -> None:
         loop = asyncio.get_running_loop()
-        for resource, (call, args) in self.calls.list_calls().items():
-            informer = Informer(resource, call, self.reconciler.on_event, loop=loop, list_args=args)
+        for resource, (listing, watching) in self.calls.informer_calls().items():
+            informer = Informer(resource, listing, watching, self.reconciler.on_event, loop=loop)
             self.informers.append(informer)
             informer.start()
 

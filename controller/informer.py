@@ -68,8 +68,8 @@ class Event:
 
 
 ListCall = Callable[..., Any]
-"""A list method of the official client (e.g. `CoreV1Api.list_pod_for_all_namespaces` or a bound
-`CustomObjectsApi.list_cluster_custom_object` with group, version and plural filled in)."""
+"""A list (or watch) call of the official client with everything but the request options bound,
+returning the raw HTTP response."""
 
 
 class Informer:
@@ -79,10 +79,10 @@ class Informer:
         self,
         resource: str,
         list_call: ListCall,
+        watch_call: ListCall,
         deliver: Callable[[Event], None],
         *,
         loop: asyncio.AbstractEventLoop,
-        list_args: tuple[Any, ...] = (),
     ) -> None:
         self.resource = resource
         self._known: dict[Key, Obj] = {}
@@ -92,7 +92,7 @@ class Informer:
         self.last_resource_version = ""
         self.relists = 0
         self._list_call = list_call
-        self._list_args = list_args
+        self._watch_call = watch_call
         self._deliver = deliver
         self._loop = loop
         self._stopping = threading.Event()
@@ -141,7 +141,7 @@ class Informer:
         self.last_resource_version = ""
 
     def _relist(self) -> None:
-        response = self._list_call(*self._list_args, _preload_content=False)
+        response = self._list_call()
         body = json.loads(response.data)
         fresh = {key_of(o): o for o in body.get("items") or []}
         self.relists += 1
@@ -158,13 +158,10 @@ class Informer:
         self._loop.call_soon_threadsafe(self.synced.set)
 
     def _watch(self) -> None:
-        response = self._list_call(
-            *self._list_args,
-            watch=True,
+        response = self._watch_call(
             resource_version=self.last_resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_TIMEOUT_S,
-            _preload_content=False,
         )
         self._response = response
         try:

@@ -29,15 +29,9 @@ from dra_driver.backends.fake import FakeBackend
 from dra_driver.deviceclasses import device_classes
 from dra_driver.localcluster.cluster import LocalCluster
 from dra_driver.localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
-from dra_driver.localcluster.roles.pods import claim_names
+from dra_driver.pod_claims import claim_names
 
 ENV_PREFIXES = ("DRA_", "CUDA_MPS_", "NVIDIA_", "CUDA_VISIBLE")
-
-#: Example files whose pods carry the allocation controller's scheduling gate. The local cluster
-#: has no controller yet, so the demo leaves them out (they are still validated by the tests);
-#: the merge of the controller into the local cluster removes these entries.
-NEEDS_CONTROLLER: frozenset[str] = frozenset({"gated-pod.yaml", "gang.yaml"})
-
 
 @dataclass
 class PodReport:
@@ -54,14 +48,12 @@ class PodReport:
         return self.prepared is not None and self.released and not self.problems
 
 
-def example_files(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to run, files left out because they need the controller); a directory stands for
-    its own *.yaml files, not its subdirectories."""
+def example_files(paths: Sequence[Path]) -> list[Path]:
+    """A directory stands for its own *.yaml files, not its subdirectories."""
     files: list[Path] = []
     for path in paths:
         files.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
-    skipped = [f for f in files if f.name in NEEDS_CONTROLLER]
-    return [f for f in files if f not in skipped], skipped
+    return files
 
 
 def load_documents(paths: Sequence[Path]) -> list[dict[str, Any]]:
@@ -79,7 +71,7 @@ async def run_demo(
     timeout_s: float,
     out: TextIO,
 ) -> int:
-    files, skipped = example_files(examples)
+    files = example_files(examples)
     documents = load_documents(files)
     pods = [
         (d.get("metadata", {}).get("namespace") or "default", d["metadata"]["name"])
@@ -91,8 +83,6 @@ async def run_demo(
         return 1
     async with LocalCluster(nodes=nodes, gpus=gpus) as cluster:
         print(f"local cluster: {nodes} node(s) x {gpus}, API server {cluster.server.url}", file=out)
-        for file in skipped:
-            print(f"skipped {file.name}: its pods wait for the allocation controller", file=out)
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))
         cluster.apply(documents)

@@ -42,8 +42,9 @@ CLIENT_ROOT = Path(kubernetes.__file__).parent
 COMPONENTS = {"kubelet-plugin": "kubeletplugin", "controller": "controller"}
 """Component name -> the package whose modules (and imports) make up its process."""
 NEVER_DEPLOYED = ("dra_driver.localcluster",)
-WORKERS = {"to_thread", "partial", "run_in_executor"}
-"""Callables that call the function given to them; the arguments after it are the call's."""
+WORKERS = {"to_thread", "partial", "run_in_executor", "_call"}
+"""Callables that call the function given to them; the arguments after it are the call's
+(`_call` is the leader elector's bounded `to_thread`)."""
 
 
 @dataclass(frozen=True, order=True)

@@ -48,30 +48,7 @@ def implied(needed: Iterable[Permission]) -> set[Permission]:
 # call and this set stands for the calls its design commits to (docs/architecture.md). The merge
 # of the daemon empties this set: from then on everything is derived from the code, and
 # test_pending_controller_calls_are_gone_once_the_controller_calls_the_api makes sure of it.
-PENDING_CONTROLLER_CALLS: frozenset[Permission] = frozenset(
-    {
-        Permission("resource.k8s.io", "deviceclasses", "list"),
-        Permission("resource.k8s.io", "deviceclasses", "watch"),
-        Permission("resource.k8s.io", "resourceslices", "list"),
-        Permission("resource.k8s.io", "resourceslices", "watch"),
-        Permission("resource.k8s.io", "resourceclaims", "get"),
-        Permission("resource.k8s.io", "resourceclaims", "list"),
-        Permission("resource.k8s.io", "resourceclaims", "watch"),
-        Permission("resource.k8s.io", "resourceclaims", "patch"),
-        Permission("resource.k8s.io", "resourceclaims/status", "patch"),
-        Permission("", "pods", "get"),
-        Permission("", "pods", "list"),
-        Permission("", "pods", "watch"),
-        Permission("", "pods", "patch"),
-        Permission("", "pods/status", "patch"),
-        Permission("", "nodes", "list"),
-        Permission("", "nodes", "watch"),
-        Permission("", "events", "create"),
-        Permission("coordination.k8s.io", "leases", "get"),
-        Permission("coordination.k8s.io", "leases", "create"),
-        Permission("coordination.k8s.io", "leases", "update"),
-    }
-)
+PENDING_CONTROLLER_CALLS: frozenset[Permission] = frozenset()
 
 
 def expected(component: str) -> set[Permission]:
