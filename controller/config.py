@@ -10,26 +10,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.allocator import AllocationMode
-
-
-def default_gate(driver_name: str) -> str:
-    return f"{driver_name}/allocation"
-
-
-def default_finalizer(driver_name: str) -> str:
-    return f"{driver_name}/allocation"
-
-
-def default_gang_label(driver_name: str) -> str:
-    return f"{driver_name}/gang"
-
-
-def default_gang_size_label(driver_name: str) -> str:
-    return f"{driver_name}/gang-size"
+from dra_driver.controller_names import (
+    default_finalizer,
+    default_gang_label,
+    default_gang_size_label,
+    default_gate,
+)
 
 
 def default_lease_name(driver_name: str) -> str:
     return f"{driver_name.replace('.', '-')}-controller"
+
+
+__all__ = [
+    "ControllerConfig",
+    "LeaderElection",
+    "default_finalizer",
+    "default_gang_label",
+    "default_gang_size_label",
+    "default_gate",
+    "default_lease_name",
+]
 
 
 @dataclass(frozen=True, slots=True)

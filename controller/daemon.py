@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -78,6 +79,7 @@ class ControllerDaemon:
         try:
             if not await _first(self.wait_synced(), stop):
                 return
+            self.view.prepare()  # parse and warm the allocator's caches before taking work
             self.synced.set()
             self.health.set_synced(True)
             log.info("watches synced", identity=self.config.leader.identity)
@@ -135,9 +137,15 @@ async def _first(work: Awaitable[Any], stop: asyncio.Event) -> Any:
     return True if result is None else result
 
 
+#: Threads for blocking API calls: a pass writes many claims at once, each a few HTTP round trips.
+API_THREADS = 32
+
+
 async def _serve(config: ControllerConfig) -> None:
     stop = asyncio.Event()
-    install_signal_handlers(asyncio.get_running_loop(), stop)
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
+    install_signal_handlers(loop, stop)
     api = await asyncio.to_thread(api_client, config.kubeconfig)
     try:
         await ControllerDaemon(config, api).run(stop)

@@ -152,6 +152,16 @@ class FragmentationModel:
             self._hoods[device.id] = found
         return found
 
+    def warm(self) -> None:
+        """Work out every device's neighbourhood now rather than on first use.
+
+        A controller does this when it builds a snapshot, so the first claims after a start or
+        a failover cost what later ones do (each neighbourhood is computed once per snapshot).
+        """
+        for device in self.snapshot.devices:
+            if device.consumes:
+                self.neighbourhood(device)
+
     def loss(self, state: SearchState, device: Device) -> float:
         """Weight of mates that fit now and would not fit once `device` is taken."""
         if not device.consumes or state.usage.in_use(device) or device.id in state.picked:

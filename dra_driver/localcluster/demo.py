@@ -26,6 +26,7 @@ import yaml
 
 from dra_driver.allocator.checker import check_allocations
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.controller_names import default_finalizer
 from dra_driver.deviceclasses import device_classes
 from dra_driver.localcluster.cluster import LocalCluster
 from dra_driver.localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
@@ -33,11 +34,13 @@ from dra_driver.pod_claims import claim_names
 
 ENV_PREFIXES = ("DRA_", "CUDA_MPS_", "NVIDIA_", "CUDA_VISIBLE")
 
+
 @dataclass
 class PodReport:
     namespace: str
     name: str
     node: str | None = None
+    allocated_by: str | None = None
     prepared: dict[str, Any] | None = None
     error: str | None = None
     released: bool = False
@@ -116,8 +119,18 @@ async def run_demo(
 def _read_pods(cluster: LocalCluster, reports: dict[tuple[str, str], PodReport]) -> None:
     assert cluster.dyn is not None
     resource = cluster.dyn.resources.get(api_version="v1", kind="Pod")
+    finalizer = default_finalizer(cluster.driver_name)
+    by_controller = {
+        (c["metadata"]["namespace"], c["metadata"]["name"])
+        for c in _items(cluster, "resource.k8s.io/v1", "ResourceClaim")
+        if finalizer in (c["metadata"].get("finalizers") or [])
+    }
     for (namespace, name), report in reports.items():
         pod = resource.get(name=name, namespace=namespace).to_dict()
+        names = claim_names(pod) or []
+        if names and report.allocated_by is None and (pod.get("spec") or {}).get("nodeName"):
+            ours = any((namespace, n) in by_controller for n in names)
+            report.allocated_by = "controller (gated pod)" if ours else "scheduler"
         annotations = pod["metadata"].get("annotations") or {}
         report.node = (pod.get("spec") or {}).get("nodeName")
         if PREPARED_ANNOTATION in annotations:
@@ -188,6 +201,8 @@ def _judge(cluster: LocalCluster, reports: dict[tuple[str, str], PodReport]) -> 
 def _print_pod(report: PodReport, out: TextIO) -> None:
     print(f"\npod {report.namespace}/{report.name}", file=out)
     print(f"  node: {report.node or '-'}", file=out)
+    if report.allocated_by:
+        print(f"  allocated by: {report.allocated_by}", file=out)
     if report.prepared is None:
         print(f"  not prepared: {report.error or 'timed out'}", file=out)
         return

@@ -203,8 +203,8 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET" and query.get("watch", "").lower() in _TRUE:
                 return self._watch(target, query)
             if method == "GET":
-                items, rv = store.list_objects(rt, target.namespace, match)
-                return self._send_list(rt, items, rv)
+                encoded, rv = store.list_json(rt, target.namespace, match)
+                return self._send_encoded_list(rt, encoded, rv)
             if method == "POST" and target.namespace is not None:
                 body = self._object_body()
                 return self._send_json(201, store.create(rt, namespace, body))
@@ -234,6 +234,21 @@ class Handler(BaseHTTPRequestHandler):
             pre = options.get("preconditions") if isinstance(options, dict) else None
             return self._send_json(200, store.delete(rt, namespace, name, pre))
         raise errors.method_not_allowed(f"{method} is not supported here")
+
+    def _send_encoded_list(self, rt: ResourceType, items: str, rv: int) -> None:
+        head = json.dumps(
+            {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+            }
+        )
+        data = (head[:-1] + ',"items":' + items + "}").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _send_list(self, rt: ResourceType, items: list[dict[str, Any]], rv: int) -> None:
         self._send_json(

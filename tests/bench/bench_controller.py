@@ -57,6 +57,11 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_apiserver(workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     kubeconfig = workdir / "kubeconfig"
     port = free_port()
@@ -222,6 +227,7 @@ def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, A
         watcher.start()
         core = client.CoreV1Api(api)
         created: dict[str, float] = {}
+        cpu_before = (cpu_seconds(controller.pid), cpu_seconds(apiserver.pid))
         first = time.perf_counter()
         for index in range(pods):
             if rate > 0:
@@ -236,6 +242,10 @@ def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, A
         last = max(watcher.lifted.values())
         latencies = sorted(watcher.lifted[n] - created[n] for n in created)
         rss = peak_rss_mib(controller.pid)
+        cpu = (
+            cpu_seconds(controller.pid) - cpu_before[0],
+            cpu_seconds(apiserver.pid) - cpu_before[1],
+        )
     finally:
         if controller is not None:
             controller.terminate()
@@ -260,6 +270,10 @@ def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, A
             "mean": round(1000 * statistics.fmean(latencies), 1),
         },
         "controller_peak_rss_mib": round(rss, 1),
+        "cpu_ms_per_pod": {
+            "controller": round(1000 * cpu[0] / pods, 2),
+            "apiserver": round(1000 * cpu[1] / pods, 2),
+        },
         "setup_s": round(setup_s, 1),
         "controller_sync_s": round(sync_s, 1),
         "logs": str(workdir),

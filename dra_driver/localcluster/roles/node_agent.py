@@ -187,16 +187,14 @@ class NodeAgent:
                         changed += await self._prepare(pod, by_key)
             except ApiException as error:
                 # Conflicts and the like: the next pass reads fresh objects and tries again.
-                log.warning(
-                    "api write failed", pod=f"{meta['namespace']}/{meta['name']}", error=str(error)
-                )
+                _write_failed(f"{meta['namespace']}/{meta['name']}", error)
         for uid, record in list(self._records.items()):
             if uid in present:
                 continue
             try:
                 changed += await self._release(record, None, by_key)
             except ApiException as error:
-                log.warning("api write failed", pod=record.key, error=str(error))
+                _write_failed(record.key, error)
         return changed
 
     # ---- prepare ----------------------------------------------------------------------------
@@ -467,6 +465,14 @@ class NodeAgent:
 
 
 # ---- pure helpers ---------------------------------------------------------------------------
+
+
+def _write_failed(pod: str, error: ApiException) -> None:
+    """A 409 is routine (two pods of one claim released at once): retried, not worth a warning."""
+    if error.status == 409:
+        log.info("write conflict; retrying on the next pass", pod=pod)
+    else:
+        log.warning("api write failed", pod=pod, status=error.status, reason=error.reason)
 
 
 def _key(pod: Obj) -> str:

@@ -19,6 +19,9 @@ async def test_every_example_pod_gets_what_it_asked_for() -> None:
     assert code == 0, text
     ran = len(list(EXAMPLES.glob("*.yaml")))
     assert f"all 13 example pods got what they asked for and released it ({ran} example" in text
+    # Both allocation paths: the gated pod and the two gang members through the controller.
+    assert text.count("allocated by: controller (gated pod)") == 3
+    assert text.count("allocated by: scheduler") == 10
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in text
     assert "_SHARING=TimeSlicing:Short" in text
     assert "_MIG_1G10GB_" in text and "_MIG_1G20GB_" in text  # by profile, by capacity
