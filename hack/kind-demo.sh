@@ -4,19 +4,20 @@
 # environment its container printed) and fails if any pod did not get what it asked for: every
 # device allocated to its claims must show up in its container's environment.
 #
-# Examples whose pods carry the allocation controller's scheduling gate are left out unless
-# --with-controller is given. --keep leaves the example objects in place afterwards.
-# Usage: hack/kind-demo.sh [--with-controller] [--keep] [--timeout SECONDS]
+# Examples whose pods carry the allocation controller's scheduling gate go through the chart's
+# controller; --without-controller leaves them out (for an install with controller.enabled=false).
+# --keep leaves the example objects in place afterwards.
+# Usage: hack/kind-demo.sh [--without-controller] [--keep] [--timeout SECONDS]
 set -euo pipefail
 # shellcheck source=hack/kind-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/kind-lib.sh"
 
-with_controller=false
+with_controller=true
 keep=false
 timeout=180
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --with-controller) with_controller=true ;;
+    --without-controller) with_controller=false ;;
     --keep) keep=true ;;
     --timeout) timeout="$2"; shift ;;
     *) echo "error: unknown argument '$1' (see the usage line in $0)" >&2; exit 2 ;;

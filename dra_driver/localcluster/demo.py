@@ -241,6 +241,26 @@ async def _delete_and_check_release(
         report.released = key not in remaining
         if not report.released:
             report.problems.append("its devices were not released within 30 s of deletion")
+    # The controller must let go of what it allocated: its claims from templates then go with
+    # their pods (garbage collection waits for its finalizer).
+    finalizer = default_finalizer(cluster.driver_name)
+
+    def held() -> list[str]:
+        return [
+            f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+            for c in _items(cluster, "resource.k8s.io/v1", "ResourceClaim")
+            if finalizer in (c["metadata"].get("finalizers") or [])
+        ]
+
+    still = await asyncio.to_thread(held)
+    while still and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        still = await asyncio.to_thread(held)
+    for report in reports.values():
+        if report.allocated_by and report.allocated_by.startswith("controller") and still:
+            report.problems.append(
+                f"the controller still holds claim(s) {', '.join(still)} after the pods left"
+            )
     for node in cluster.nodes:
         gpus = FakeBackend.from_spec(cluster.gpus, node.name, state_dir=node.fake_state_dir)
         left = [gi for gpu in gpus.gpus for gi in gpus.gpu_instances(gpu.minor)]
