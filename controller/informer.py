@@ -83,6 +83,7 @@ class Informer:
         deliver: Callable[[Event], None],
         *,
         loop: asyncio.AbstractEventLoop,
+        watch_timeout_s: int = WATCH_TIMEOUT_S,
     ) -> None:
         self.resource = resource
         self._known: dict[Key, Obj] = {}
@@ -91,15 +92,23 @@ class Informer:
         """Set (on the loop) once the first list has been delivered."""
         self.last_resource_version = ""
         self.relists = 0
+        self.watches = 0
+        """Watch requests made: more than one means the watch was resumed."""
         self._list_call = list_call
         self._watch_call = watch_call
+        self._watch_timeout_s = watch_timeout_s
         self._deliver = deliver
         self._loop = loop
         self._stopping = threading.Event()
         self._response: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"informer-{resource}", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start (or, after `stop` and `join`, restart) watching from where it left off."""
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"informer-{self.resource}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -112,7 +121,8 @@ class Informer:
                 log.debug("closing a watch", resource=self.resource, error=str(err))
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     # --- the thread -------------------------------------------------------------------------
 
@@ -158,10 +168,11 @@ class Informer:
         self._loop.call_soon_threadsafe(self.synced.set)
 
     def _watch(self) -> None:
+        self.watches += 1
         response = self._watch_call(
             resource_version=self.last_resource_version,
             allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_TIMEOUT_S,
+            timeout_seconds=self._watch_timeout_s,
         )
         self._response = response
         try:

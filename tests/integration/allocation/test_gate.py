@@ -32,6 +32,10 @@ async def test_gated_pod_gets_devices_and_loses_its_gate(
     running = await start_controller(api)
     try:
         await eventually(lambda: not cluster.gated("trainer"), what="the gate to be lifted")
+        registry = running.daemon.controller_metrics.registry
+        assert registry.get_sample_value("dra_controller_allocations_total") == 1
+        assert registry.get_sample_value("dra_controller_allocation_seconds_count") == 1
+        assert registry.get_sample_value("dra_controller_pending_pods") == 0
     finally:
         await running.shutdown()
     written = cluster.get_claim("train")
