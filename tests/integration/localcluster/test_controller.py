@@ -107,6 +107,8 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
                 _pod("gang-a", "slice", gated=True, labels=gang),
                 _pod("gang-b", "slice", gated=True, labels=gang),
                 _pod("plain", "two-gpus", gated=False),
+                _template("too-many", "gpu", 5),
+                _pod("greedy", "too-many", gated=True),
             ]
         )
         names = ("gated-pair", "gang-a", "gang-b", "plain")
@@ -117,11 +119,26 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
 
         await _eventually(prepared, what="every pod to be prepared")
 
+        def told_why() -> bool:
+            events = core.list_namespaced_event(
+                "default", field_selector="involvedObject.name=greedy"
+            ).items
+            return any(e.reason == "FailedAllocation" for e in events)
+
+        await _eventually(told_why, what="an Event saying why greedy waits")
+        greedy = core.read_namespaced_pod("greedy", "default")
+        assert [g.name for g in greedy.spec.scheduling_gates] == [GATE]
+        assert greedy.spec.node_name is None
+
         def claims() -> dict[str, dict[str, Any]]:
             found: Any = objects.list_namespaced_custom_object(
                 "resource.k8s.io", "v1", "default", "resourceclaims"
             )
-            return {c["metadata"]["name"].rsplit("-d-", 1)[0]: c for c in found["items"]}
+            return {
+                c["metadata"]["name"].rsplit("-d-", 1)[0]: c
+                for c in found["items"]
+                if not c["metadata"]["name"].startswith("greedy-")
+            }
 
         by_pod = claims()
         ours = {n for n, c in by_pod.items() if GATE in (c["metadata"].get("finalizers") or [])}
@@ -130,7 +147,7 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
         assert pods["gang-a"].spec.node_name == pods["gang-b"].spec.node_name
         prepared_devices = json.loads(pods["gated-pair"].metadata.annotations[PREPARED_ANNOTATION])
         assert len(next(iter(prepared_devices["claims"].values()))["devices"]) == 2
-        for name in names:
+        for name in (*names, "greedy"):
             core.delete_namespaced_pod(name, "default")
         await _eventually(lambda: not claims(), what="every claim to be released and deleted")
         log = cluster.controllers[0].log_path
