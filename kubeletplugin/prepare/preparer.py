@@ -1,11 +1,14 @@
 """The prepare/unprepare state machine.
 
-Every claim goes `PrepareStarted` (saved before the first side effect, with everything needed to
-undo it) → side effects → `PrepareCompleted` (saved before the answer goes back). Whatever step a
-crash interrupts, the checkpoint says what may exist, and rolling back a started claim is the
-same code as unpreparing a completed one. Claims of one call run concurrently; a lock per
-physical GPU serialises the MIG and time-slice changes that touch the same GPU, and a lock per
-claim UID makes a repeated call wait for the first one and then return its answer.
+Every claim goes `PrepareStarted` (with everything needed to undo it) → side effects →
+`PrepareCompleted` (saved before the answer goes back). `PrepareStarted` is saved before the first
+side effect when the claim changes a GPU (a MIG instance, a time-slice setting); a claim whose only
+side effect is its CDI spec skips that save, because recovery deletes every spec no record owns.
+Whatever step a crash interrupts, the checkpoint and the CDI directory say what may exist, and
+rolling back a started claim is the same code as unpreparing a completed one. Claims of one call
+run concurrently; a lock per physical GPU serialises the MIG and time-slice changes that touch the
+same GPU, and a lock per claim UID makes a repeated call wait for the first one and then return
+its answer.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Preparer:
         self._claims = claims
         self._store = store
         self._cdi = cdi
+        self.cdi_in_memory = cdi.in_memory
         self._nodes = device_nodes
         self.driver_name = driver_name
         self.node_name = node_name
@@ -160,6 +164,13 @@ class Preparer:
                 self._saved = covered
         self._report_prepared()
 
+    async def _on_cdi_dir(self, operation: Callable[..., T], *args: object) -> T:
+        """Run a spec-file operation: on the event loop when the directory is in memory (a few
+        tens of microseconds, less than a hand-off to a thread), else in a worker thread."""
+        if self.cdi_in_memory:
+            return operation(*args)
+        return await asyncio.to_thread(operation, *args)
+
     def _report_prepared(self) -> None:
         if self._on_prepared is not None:
             self._on_prepared(
@@ -197,6 +208,8 @@ class Preparer:
     # ---- prepare -------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        if len(claims) == 1:  # kubelet's usual call: no task needed
+            return {claims[0].uid: await self._prepare_guarded(claims[0])}
         outcomes = await asyncio.gather(*(self._prepare_guarded(ref) for ref in claims))
         return {ref.uid: outcome for ref, outcome in zip(claims, outcomes, strict=True)}
 
@@ -238,8 +251,15 @@ class Preparer:
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(p.record for p in planned),
             )
-            await self._commit(self._checkpoint.with_claim(record))
-            self._crash.reached(faults.PREPARE_STARTED)
+            if changes_gpus(planned):
+                await self._commit(self._checkpoint.with_claim(record))
+                self._crash.reached(faults.PREPARE_STARTED)
+            else:
+                # The CDI spec is the only side effect, and start-up recovery deletes every
+                # spec that no record owns: the record need not be durable before the spec is
+                # written, so it is only kept in memory (where a failed attempt's rollback
+                # finds it); the PrepareCompleted save below is the first one.
+                self._checkpoint = self._checkpoint.with_claim(record)
             try:
                 record = await self._apply(record, planned)
             except BaseException:
@@ -378,7 +398,7 @@ class Preparer:
             for position, item in enumerate(planned)
         ]
         spec = claim_spec(self.cdi_kind, items, self._nodes)
-        path = await asyncio.to_thread(self._cdi.write_claim_spec, record.uid, spec)
+        path = await self._on_cdi_dir(self._cdi.write_claim_spec, record.uid, spec)
         record = replace(record, cdi_spec=str(path))
         self._checkpoint = self._checkpoint.with_claim(record)
         self._crash.reached(faults.PREPARE_CDI_WRITTEN)
@@ -432,6 +452,8 @@ class Preparer:
     # ---- unprepare and rollback ------------------------------------------------------------
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        if len(claims) == 1:
+            return {claims[0].uid: await self._unprepare_guarded(claims[0])}
         errors = await asyncio.gather(*(self._unprepare_guarded(ref) for ref in claims))
         return {ref.uid: error for ref, error in zip(claims, errors, strict=True)}
 
@@ -443,7 +465,7 @@ class Preparer:
                 if record is None:
                     # Unknown means done; a spec left by a crash before the checkpoint knew
                     # about the claim is removed all the same.
-                    await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
+                    await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
                     return ""
                 await self._undo(record)
             log.info("claim unprepared", claim=label, uid=ref.uid)
@@ -487,7 +509,7 @@ class Preparer:
         await self._apply_timeslices(
             (d.minor for d in record.devices if d.timeslice_interval), without=record.uid
         )
-        await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
+        await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
         self._crash.reached(faults.UNPREPARE_CDI_DELETED)
         await self._commit(self._checkpoint.without_claim(record.uid))
         self._crash.reached(faults.UNPREPARE_FORGOTTEN)
@@ -542,6 +564,18 @@ class Preparer:
     async def reapply_timeslices(self, minors: Iterable[int]) -> None:
         async with self._locked_gpus(minors):
             await self._apply_timeslices(minors)
+
+
+def changes_gpus(planned: Sequence[_Planned]) -> bool:
+    """Whether preparing these devices changes a GPU (creates a MIG instance or sets a
+    time-slice), a side effect that only a durable `PrepareStarted` record lets a restarted
+    plugin find and undo."""
+    for item in planned:
+        if item.record.timeslice_interval is not None:
+            return True
+        if isinstance(item.target, OnDemandMig) and not item.result.admin_access:
+            return True
+    return False
 
 
 def outcome_of(record: ClaimRecord) -> PrepareOutcome:

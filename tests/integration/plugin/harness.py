@@ -141,17 +141,17 @@ class RunningPlugin:
 async def running_plugin(
     server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
 ) -> AsyncIterator[RunningPlugin]:
-    config = PluginConfig(
-        node_name=node,
-        kubeconfig=None,
-        plugin_dir=root / "plugins" / node,
-        registry_dir=root / "registry" / node,
-        cdi_root=root / "cdi" / node,
-        state_dir=root / "state" / node,
-        fake_gpus=gpus,
-        health_poll_s=0.05,
-        **extra,
-    )
+    settings: dict[str, Any] = {
+        "node_name": node,
+        "kubeconfig": None,
+        "plugin_dir": root / "plugins" / node,
+        "registry_dir": root / "registry" / node,
+        "cdi_root": root / "cdi" / node,
+        "state_dir": root / "state" / node,
+        "fake_gpus": gpus,
+        "health_poll_s": 0.05,
+    }
+    config = PluginConfig(**(settings | extra))
     api = client.ApiClient(client.Configuration(host=server.url))
     daemon = await asyncio.to_thread(PluginDaemon, config, api)
     stop = asyncio.Event()
