@@ -61,6 +61,13 @@ class PluginMetrics:
             ["method", "version"],
             registry=self.registry,
         )
+        self.claim_reads = Counter(
+            "dra_claim_reads",
+            "ResourceClaims read for NodePrepareResources with the claim cache on, by where "
+            "they came from (cache, or the API server when the cached copy could not be used).",
+            ["source"],
+            registry=self.registry,
+        )
         self.prepared_devices = Gauge(
             "dra_prepared_devices",
             "Devices currently prepared on this node.",
@@ -71,12 +78,19 @@ class PluginMetrics:
         self._prepared = {o: self.prepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}
         self._unprepared = {o: self.unprepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}
         self._durations: dict[tuple[str, str], Any] = {}
+        self._claim_reads = {
+            True: self.claim_reads.labels(source="cache"),
+            False: self.claim_reads.labels(source="api"),
+        }
 
     def record_prepare(self, error: str) -> None:
         self._prepared[ERROR if error else SUCCESS].inc()
 
     def record_unprepare(self, error: str) -> None:
         self._unprepared[ERROR if error else SUCCESS].inc()
+
+    def record_claim_lookup(self, served_from_cache: bool) -> None:
+        self._claim_reads[served_from_cache].inc()
 
     def observe_request(self, method: str, version: str, seconds: float) -> None:
         series = self._durations.get((method, version))

@@ -28,6 +28,7 @@ PREPARE_COMPLETED = "prepare-completed"  # PrepareCompleted saved, answer not ye
 UNPREPARE_COMPUTE_INSTANCE = "unprepare-compute-instance"  # CI destroyed, GI still there
 UNPREPARE_MIG_DESTROYED = "unprepare-mig-destroyed"  # MIG device gone, record still there
 UNPREPARE_CDI_DELETED = "unprepare-cdi-deleted"  # CDI spec gone, record still there
+# Dropped in memory only for claims that changed no GPU: the next save writes the removal.
 UNPREPARE_FORGOTTEN = "unprepare-forgotten"  # record dropped, answer not yet sent
 
 PREPARE_STEPS = (

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -38,6 +38,7 @@ from dra_driver.checkpoint import (
 from dra_driver.inventory.model import Inventory
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
 from kubeletplugin.prepare import faults
+from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import (
     AllocatedResult,
     ClaimAllocation,
@@ -106,9 +107,11 @@ class Preparer:
         boot_id: str,
         crash: faults.CrashPoints | None = None,
         on_prepared_devices: Callable[[int], None] | None = None,
+        claim_cache: ClaimCache | None = None,
     ) -> None:
         self._backend = backend
         self._claims = claims
+        self._claim_cache = claim_cache
         self._store = store
         self._cdi = cdi
         self.cdi_in_memory = cdi.in_memory
@@ -123,8 +126,11 @@ class Preparer:
         self._gpu_locks: dict[int, asyncio.Lock] = {}
         self._claim_locks: dict[str, _ClaimLock] = {}
         self._save_lock = asyncio.Lock()
+        # Every change of the checkpoint is numbered; `_saved` is the last number on disk.
         self._changes = 0
         self._saved = 0
+        # Claims dropped from the checkpoint in memory only, with the change that dropped them.
+        self._unsaved_removals: dict[str, int] = {}
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -162,7 +168,27 @@ class Preparer:
                 covered = self._changes
                 await asyncio.to_thread(self._store.save, self._checkpoint)
                 self._saved = covered
+                if self._unsaved_removals:
+                    self._unsaved_removals = {
+                        uid: change
+                        for uid, change in self._unsaved_removals.items()
+                        if change > covered
+                    }
         self._report_prepared()
+
+    def _forget(self, uid: str) -> None:
+        """Drop a claim that changed no GPU, in memory only: its CDI spec is already gone, and
+        recovery drops such a record when it finds no spec, so the next save, whoever makes it,
+        is soon enough to write the removal."""
+        self._checkpoint = self._checkpoint.without_claim(uid)
+        self._changes += 1
+        self._unsaved_removals[uid] = self._changes
+        self._report_prepared()
+
+    async def flush(self) -> None:
+        """Write changes kept in memory only (at shut-down, after recovery)."""
+        if self._saved < self._changes:
+            await self._commit(self._checkpoint)
 
     async def _on_cdi_dir(self, operation: Callable[..., T], *args: object) -> T:
         """Run a spec-file operation: on the event loop when the directory is in memory (a few
@@ -233,7 +259,7 @@ class Preparer:
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
             return outcome_of(existing)
         label = claim_label(ref.namespace, ref.name)
-        claim = await asyncio.to_thread(self._claims.get, ref.namespace, ref.name)
+        claim = await self._read_claim(ref)
         if claim is None:
             raise ClaimError(f"{label}: not found in the API server")
         allocation = read_allocation(claim, ref.uid, self.driver_name, self.node_name)
@@ -251,7 +277,9 @@ class Preparer:
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(p.record for p in planned),
             )
-            if changes_gpus(planned):
+            if changes_gpus(record) or ref.uid in self._unsaved_removals:
+                # Also when the file may still hold this claim from before its last unprepare:
+                # a crash after the new spec must not leave that old record in charge of it.
                 await self._commit(self._checkpoint.with_claim(record))
                 self._crash.reached(faults.PREPARE_STARTED)
             else:
@@ -274,6 +302,13 @@ class Preparer:
             self._crash.reached(faults.PREPARE_COMPLETED)
         log.info("claim prepared", claim=label, uid=ref.uid, devices=len(record.devices))
         return outcome_of(record)
+
+    async def _read_claim(self, ref: ClaimRef) -> dict[str, Any] | None:
+        if self._claim_cache is not None:
+            cached = self._claim_cache.lookup(ref.namespace, ref.name, ref.uid)
+            if cached is not None:
+                return cached
+        return await asyncio.to_thread(self._claims.get, ref.namespace, ref.name)
 
     async def _plan(self, ref: ClaimRef, allocation: ClaimAllocation) -> list[_Planned]:
         label = claim_label(ref.namespace, ref.name)
@@ -511,7 +546,10 @@ class Preparer:
         )
         await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
         self._crash.reached(faults.UNPREPARE_CDI_DELETED)
-        await self._commit(self._checkpoint.without_claim(record.uid))
+        if changes_gpus(record):
+            await self._commit(self._checkpoint.without_claim(record.uid))
+        else:
+            self._forget(record.uid)
         self._crash.reached(faults.UNPREPARE_FORGOTTEN)
 
     async def _destroy_instance(self, minor: int, gi_id: int, ci_id: int | None) -> None:
@@ -566,16 +604,24 @@ class Preparer:
             await self._apply_timeslices(minors)
 
 
-def changes_gpus(planned: Sequence[_Planned]) -> bool:
-    """Whether preparing these devices changes a GPU (creates a MIG instance or sets a
-    time-slice), a side effect that only a durable `PrepareStarted` record lets a restarted
-    plugin find and undo."""
-    for item in planned:
-        if item.record.timeslice_interval is not None:
-            return True
-        if isinstance(item.target, OnDemandMig) and not item.result.admin_access:
-            return True
-    return False
+def changes_gpus(record: ClaimRecord) -> bool:
+    """Whether the claim changes a GPU (an on-demand MIG device, a time-slice setting): only a
+    record on disk lets a restarted plugin find such a change, so it is saved before the change
+    is made and removed only once it is undone. A claim that does not has its CDI spec as its
+    only side effect, which recovery reconciles from the spec directory itself."""
+    return bool(record.mig_instances) or any(
+        device.shape == "mig" or device.timeslice_interval is not None for device in record.devices
+    )
+
+
+def spec_only_record_is_stale(record: ClaimRecord, spec_uids: Set[str]) -> bool:
+    """A completed claim that changed no GPU and whose spec is gone was being unprepared (the
+    spec goes first) or has nothing left to hand out: recovery drops it."""
+    return (
+        record.state is ClaimState.PREPARE_COMPLETED
+        and not changes_gpus(record)
+        and record.uid not in spec_uids
+    )
 
 
 def outcome_of(record: ClaimRecord) -> PrepareOutcome:

@@ -76,7 +76,7 @@ async def wait_registered(socket: Path, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("plugin did not start")
 
 
-async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
+async def run(claims: int, workers: int, shape: str, claim_cache: bool) -> dict[str, Any]:
     with (
         ApiServer(port=0) as server,
         tempfile.TemporaryDirectory(dir="/tmp") as tmp,
@@ -94,7 +94,7 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
             device, consumed = device_for(shape, gpu)
             share = f"s{index}" if consumed else None
             name, uid = create_claim(
-                api, [result("r", device, NODE, share_id=share, consumed=consumed)]
+                api, [result("r", device, NODE, share_id=share, consumed=consumed)], reserved=True
             )
             refs[gpu].append(ClaimRef("default", uid, name))
         argv = [
@@ -104,6 +104,8 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
             f"--state-dir={root / 's'}", f"--fake-state-dir={root / 'f'}",
             f"--fake-gpus={GPUS}", "--log-format=json",
         ]  # fmt: skip
+        if claim_cache:
+            argv.append("--claim-cache")
         if os.environ.get("BENCH_WRAP"):
             argv = os.environ["BENCH_WRAP"].split() + argv
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -147,6 +149,7 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
         "shape": shape,
         "claims": claims,
         "workers": workers,
+        "claim_cache": claim_cache,
         "cycles_per_s": round(claims / elapsed, 1),
         "prepare_p50_ms": ms(prepare_s, 0.50),
         "prepare_p99_ms": ms(prepare_s, 0.99),
@@ -168,10 +171,13 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--shape", choices=("gpu", "mig", "shared", "all"), default="all")
+    parser.add_argument(
+        "--claim-cache", action="store_true", help="run the plugin with --claim-cache"
+    )
     args = parser.parse_args()
     shapes = ("gpu", "mig", "shared") if args.shape == "all" else (args.shape,)
     for shape in shapes:
-        figures = asyncio.run(run(args.claims, args.workers, shape))
+        figures = asyncio.run(run(args.claims, args.workers, shape, args.claim_cache))
         print(json.dumps(figures))
 
 

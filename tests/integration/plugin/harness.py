@@ -73,8 +73,10 @@ def create_claim(
     *,
     namespace: str = "default",
     name: str | None = None,
+    reserved: bool = False,
 ) -> tuple[str, str]:
-    """A claim as the scheduler leaves it: allocated with `results` (None: not allocated)."""
+    """A claim as the scheduler leaves it: allocated with `results` (None: not allocated),
+    and with `reserved`, reserved for a pod as it is by the time kubelet prepares it."""
     objects = client.CustomObjectsApi(api)
     name = name or f"claim-{next(_NAMES)}"
     requests = sorted({str(r["request"]).split("/")[0] for r in results or []}) or ["gpu"]
@@ -95,9 +97,11 @@ def create_claim(
         "resource.k8s.io", "v1", namespace, "resourceclaims", body
     )
     if results is not None:
-        status = {
+        status: dict[str, Any] = {
             "allocation": {"devices": {"results": list(results), "config": list(config)}},
         }
+        if reserved:
+            status["reservedFor"] = [{"resource": "pods", "name": f"{name}-pod", "uid": name}]
         objects.patch_namespaced_custom_object_status(
             "resource.k8s.io",
             "v1",

@@ -256,7 +256,67 @@ async def test_crash_while_preparing_a_whole_gpu(
     assert await prepare(plugin, claim) == expected_ids(claim, "gpu-0")
     async with DraClient(plugin.dra_socket) as dra:
         assert await dra.unprepare([claim]) == {claim.uid: ""}
-    assert specs(plugin) == set() and saved_claims(plugin) == {}
+    assert specs(plugin) == set()
+    await plugin.stop()
+    assert saved_claims(plugin) == {}  # written at the latest on the way out
+
+
+@pytest.mark.parametrize(
+    "step", [faults.UNPREPARE_CDI_DELETED, faults.UNPREPARE_FORGOTTEN, "after-the-answer"]
+)
+async def test_crash_while_unpreparing_a_whole_gpu(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    claim = allocated(api, result("gpu", "gpu-1", NODE))
+    await plugin.start()
+    await prepare(plugin, claim)
+    await plugin.stop()
+
+    answered = step == "after-the-answer"
+    await plugin.start(crash_at=None if answered else step)
+    async with DraClient(plugin.dra_socket) as dra:
+        if answered:
+            assert await dra.unprepare([claim]) == {claim.uid: ""}
+        else:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await dra.unprepare([claim])
+    assert plugin.proc is not None
+    if answered:
+        plugin.proc.kill()
+    await plugin.killed()
+    # The spec went first; the record's removal is written by the next save, which never came.
+    assert specs(plugin) == set()
+    assert saved_claims(plugin) == {claim.uid: ClaimState.PREPARE_COMPLETED}
+
+    await plugin.start()
+    # Recovery drops the record whose spec is gone: the GPU is free for the next claim.
+    assert saved_claims(plugin) == {}
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+    successor = allocated(api, result("gpu", "gpu-1", NODE))
+    assert await prepare(plugin, successor) == expected_ids(successor, "gpu-1")
+    assert specs(plugin) == {successor.uid}
+    await plugin.stop()
+
+
+async def test_preparing_again_before_the_removal_is_saved_is_careful(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    # Until its removal is on disk, the file still says the claim is prepared, with the devices
+    # of back then; preparing it again therefore saves PrepareStarted before the new spec.
+    claim = allocated(api, result("gpu", "gpu-0", NODE))
+    await plugin.start(crash_at=faults.PREPARE_STARTED)
+    ids = await prepare(plugin, claim)  # a whole GPU does not reach the crash point...
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+        with pytest.raises(grpc.aio.AioRpcError):
+            await dra.prepare([claim])  # ...but the second prepare does
+    await plugin.killed()
+    assert saved_claims(plugin) == {claim.uid: ClaimState.PREPARE_STARTED}
+
+    await plugin.start()
+    assert saved_claims(plugin) == {} and specs(plugin) == set()
+    assert await prepare(plugin, claim) == ids
     await plugin.stop()
 
 
