@@ -58,6 +58,8 @@ class ClaimCache:
         self._stopping = threading.Event()
         self._response: Any = None
         self._thread: threading.Thread | None = None
+        # How many full lists filled the table: one at the start, one per lost watch.
+        self.lists = 0
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -105,10 +107,12 @@ class ClaimCache:
                 version: str | None = self._list()
                 while not self._stopping.is_set() and version is not None:
                     version = self._watch(version)
+                continue  # the history after our version is gone: list again at once
             except Exception as err:  # the API server went away, a bad answer: list again
                 if self._stopping.is_set():
                     break
                 log.warning("claim cache: list or watch failed, listing again", error=str(err))
+            # Until a list succeeds the copy may miss changes: prepare reads the API server.
             self._synced.clear()
             self._stopping.wait(self._retry_s)
 
@@ -133,6 +137,7 @@ class ClaimCache:
             if key is not None:
                 claims[key] = item
         self._claims = claims
+        self.lists += 1
         self._synced.set()
         return str((listed.get("metadata") or {}).get("resourceVersion", ""))
 

@@ -39,6 +39,8 @@ class KubernetesClaimSource:
         self._base = f"{api.configuration.host}/apis/{GROUP}/{VERSION}/namespaces"
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not namespace or not name:  # an empty segment would turn the GET into a list
+            return None
         api = self._api
         path = f"/{quote(namespace, safe='')}/{PLURAL}/{quote(name, safe='')}"
         headers: dict[str, str] = {"Accept": "application/json", **api.default_headers}

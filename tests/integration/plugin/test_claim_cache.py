@@ -13,7 +13,7 @@ from kubernetes import client
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from dra_driver.localcluster.apiserver import ApiServer
-from kubeletplugin.prepare.claim_cache import ClaimCache
+from kubeletplugin.prepare.claim_cache import ClaimCache, _interrupt
 from tests.integration.plugin.harness import (
     MERGE,
     create_claim,
@@ -120,6 +120,33 @@ def test_nothing_is_served_before_the_first_list_or_after_stop(api: client.ApiCl
         cache.stop()
     assert not cache.synced
     assert cache.lookup("default", name, uid) is None
+    delete_claim(api, name)
+
+
+def test_a_watch_behind_the_history_asks_for_a_new_list() -> None:
+    # A tiny event history: after a burst of other writes, a watch from an old position is
+    # answered with 410 Gone, which means "list again", not a failure.
+    with (
+        ApiServer(port=0, history=5) as small,
+        client.ApiClient(client.Configuration(host=small.url)) as api,
+    ):
+        create_node(api, "history-node")
+        cache = ClaimCache(api)
+        version = cache._list()
+        for index in range(10):
+            create_node(api, f"burst-{index}")
+        assert cache._watch(version) is None
+
+
+def test_a_dropped_watch_is_listed_again_and_catches_up(
+    api: client.ApiClient, cache: ClaimCache
+) -> None:
+    wait_for(lambda: cache._response is not None)
+    lists = cache.lists
+    _interrupt(cache._response)  # the connection to the API server breaks
+    name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], reserved=True)
+    wait_for(lambda: cache.lists > lists)
+    wait_for(lambda: cache.lookup("default", name, uid) is not None)
     delete_claim(api, name)
 
 
