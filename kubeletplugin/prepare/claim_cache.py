@@ -8,12 +8,11 @@ the copy lags.
 
 Why it is off by default: the API server cannot filter claims by the node they are allocated on,
 so every node would list and watch every claim of the cluster: memory for all of them on each
-node, and every claim change sent to every node. And a copy can be stale in one way the GET never
-is: a claim deallocated and allocated again under the same UID while this node's watch lags by
-those updates would be prepared with its old devices. Kubelet itself reads the claim before each
-prepare for the same reason. The cache suits small clusters that start many pods per node; it
-needs `list` and `watch` on `resourceclaims` in every namespace besides the `get` the plugin
-always needs.
+node, and every claim change sent to every node. And a copy can be stale where a GET never is: a
+claim deallocated and allocated again under the same UID while this node's watch lags by those
+updates would be prepared with its old devices. The cache suits small clusters that start many
+pods per node; it needs `list` and `watch` on `resourceclaims` in every namespace besides the
+`get` the plugin always needs.
 
 The watch runs in its own thread (the client's streaming reads block); the table is replaced
 whole on each list and changed one key at a time for each event, and lookups from the event loop

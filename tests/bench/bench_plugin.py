@@ -1,14 +1,17 @@
 """Kubelet plugin: prepare/unprepare latency, cycle rate and memory, over real gRPC.
 
     .venv/bin/python -m tests.bench.bench_plugin [--claims 1000] [--workers 8] [--shape gpu]
+        [--claim-cache]
 
-The plugin runs as its own process (`python -m kubeletplugin.cli`) on 8 fake H100s against the
-embedded API server, exactly as the crash tests start it; this process plays kubelet. Each
-worker owns one GPU and runs prepare → unprepare cycles on its own claims, so claims never wait
-for each other's devices and every call does the full work: read the claim from the API server,
-checkpoint twice, write and delete a CDI spec (and for MIG, create and destroy the instance).
-Peak RSS is the plugin process's high-water mark (VmHWM). `BENCH_WRAP` (a command line, e.g. a
-sampling profiler) is put in front of the plugin's command when set.
+The plugin runs as its own process (`python -m kubeletplugin.cli`, default log level) on 8 fake
+H100s against the embedded API server, exactly as the crash tests start it; this process plays
+kubelet. Each worker owns one GPU and runs prepare → unprepare cycles on its own claims
+(allocated and reserved, as kubelet sees them), so claims never wait for each other's devices and
+every call does the full work: read the claim (from the API server, or the plugin's watched copy
+with --claim-cache), checkpoint, write and delete a CDI spec (and for MIG, create and destroy the
+instance). CPU is counted over the cycles only, the plugin's and this process's apart. Peak RSS
+is the plugin process's high-water mark (VmHWM). `BENCH_WRAP` (a command line, e.g. a sampling
+profiler) is put in front of the plugin's command when set.
 """
 
 from __future__ import annotations
