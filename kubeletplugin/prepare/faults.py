@@ -18,7 +18,8 @@ log = structlog.get_logger(__name__)
 ENV_VAR = "DRA_PLUGIN_CRASH_AT"
 
 # Claims whose only side effect is the CDI spec (whole GPUs, pre-created MIG devices, fractional
-# shares) skip the PrepareStarted save, so they never reach PREPARE_STARTED.
+# shares) skip the PrepareStarted save, so they reach PREPARE_STARTED only when prepared again
+# before the removal of their previous record was saved.
 PREPARE_STARTED = "prepare-started"  # PrepareStarted saved, no side effect yet
 PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance created, no compute instance
 PREPARE_MIG_DEVICE = "prepare-mig-device"  # compute instance created too, not yet recorded

@@ -1,9 +1,11 @@
 """The prepare/unprepare state machine.
 
 Every claim goes `PrepareStarted` (with everything needed to undo it) → side effects →
-`PrepareCompleted` (saved before the answer goes back). `PrepareStarted` is saved before the first
-side effect when the claim changes a GPU (a MIG instance, a time-slice setting); a claim whose only
-side effect is its CDI spec skips that save, because recovery deletes every spec no record owns.
+`PrepareCompleted` (saved before the answer goes back). When the claim changes a GPU (a MIG
+instance, a time-slice setting), `PrepareStarted` is saved before the first side effect and the
+record is removed from the file before unprepare answers. A claim whose only side effect is its
+CDI spec skips the `PrepareStarted` save and has its removal written by whichever save comes
+next: recovery deletes every spec no record owns and drops every such record whose spec is gone.
 Whatever step a crash interrupts, the checkpoint and the CDI directory say what may exist, and
 rolling back a started claim is the same code as unpreparing a completed one. Claims of one call
 run concurrently; a lock per physical GPU serialises the MIG and time-slice changes that touch the
@@ -607,8 +609,8 @@ class Preparer:
 def changes_gpus(record: ClaimRecord) -> bool:
     """Whether the claim changes a GPU (an on-demand MIG device, a time-slice setting): only a
     record on disk lets a restarted plugin find such a change, so it is saved before the change
-    is made and removed only once it is undone. A claim that does not has its CDI spec as its
-    only side effect, which recovery reconciles from the spec directory itself."""
+    is made and removed only once it is undone. Any other claim has its CDI spec as its only
+    side effect, which recovery reconciles from the spec directory itself."""
     return bool(record.mig_instances) or any(
         device.shape == "mig" or device.timeslice_interval is not None for device in record.devices
     )
