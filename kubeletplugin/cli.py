@@ -153,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete this node's ResourceSlices on a clean shutdown "
         "(env DRA_DELETE_SLICES_ON_EXIT)",
     )
+    add(
+        "--claim-cache",
+        action="store_true",
+        default=_env("DRA_CLAIM_CACHE", "") in ("1", "true"),
+        help="answer prepare from a watched copy of every ResourceClaim when it can, instead of "
+        "a GET per claim; needs list and watch on resourceclaims in all namespaces, and every "
+        "node then watches every claim, so it is off by default (env DRA_CLAIM_CACHE)",
+    )
     add("--log-format", default=_env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
     add("--log-level", default=_env("DRA_LOG_LEVEL", "info"))
     return parser
@@ -184,6 +192,7 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         pod_uid=args.pod_uid,
         health_poll_s=args.health_poll_interval,
         delete_slices_on_exit=args.delete_slices_on_exit,
+        claim_cache=args.claim_cache,
     )
 
 

@@ -31,6 +31,7 @@ from dra_driver.kube_client import api_client
 from dra_driver.slices import Shape, SliceSettings, build_resource_slices
 from kubeletplugin.health import HealthMonitor
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
+from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import KubernetesClaimSource
 from kubeletplugin.prepare.container_edits import DeviceNodes, HostDeviceNodes, NoDeviceNodes
 from kubeletplugin.prepare.faults import CrashPoints
@@ -70,6 +71,8 @@ class PluginConfig:
     health_poll_s: float = 5.0
     resync_s: float = 60.0
     delete_slices_on_exit: bool = False
+    # Answer prepare from a watched copy of every claim when it can (see prepare/claim_cache.py).
+    claim_cache: bool = False
     dev_root: Path = Path("/dev")
     proc_root: Path = Path("/proc")
 
@@ -114,6 +117,11 @@ class PluginDaemon:
         )
         self.store = CheckpointStore(config.state_dir / "checkpoint.json")
         self.claims = KubernetesClaimSource(self.api)
+        self.claim_cache = (
+            ClaimCache(self.api, on_lookup=self.metrics.record_claim_lookup)
+            if config.claim_cache
+            else None
+        )
         self.preparer = Preparer(
             backend=self.backend,
             claims=self.claims,
@@ -125,6 +133,7 @@ class PluginDaemon:
             boot_id=self.boot_id,
             crash=CrashPoints.from_environment(),
             on_prepared_devices=self.metrics.set_prepared_devices,
+            claim_cache=self.claim_cache,
         )
         self.health = HealthMonitor(
             self.backend, config.driver_name, config.node_name, lambda: self.devices
@@ -190,6 +199,9 @@ class PluginDaemon:
             self.publish_loop.request()
         if config.metrics_port is not None:
             self.metrics_endpoint = self.metrics.serve(config.metrics_port)
+        if self.claim_cache is not None:
+            # Not waited for: until the first list arrives, prepare reads the API server.
+            self.claim_cache.start()
         await self.servers.start()
         if config.healthcheck_port is not None:
             self.liveness = LivenessServer(
@@ -219,10 +231,16 @@ class PluginDaemon:
 
     async def shutdown(self, tasks: Sequence[asyncio.Task[None]]) -> None:
         await self.servers.stop(grace=1.0)
+        try:
+            await self.preparer.flush()
+        except Exception as err:  # recovery at the next start copes without it
+            log.warning("cannot save the checkpoint on exit", error=str(err))
         if self.liveness is not None:
             await self.liveness.stop()
         for task in tasks:
             task.cancel()
+        if self.claim_cache is not None:
+            await asyncio.to_thread(self.claim_cache.stop)
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import structlog
@@ -60,24 +61,43 @@ class PluginMetrics:
             ["method", "version"],
             registry=self.registry,
         )
+        self.claim_reads = Counter(
+            "dra_claim_reads",
+            "ResourceClaims read for NodePrepareResources with the claim cache on, by where "
+            "they came from (cache, or the API server when the cached copy could not be used).",
+            ["source"],
+            registry=self.registry,
+        )
         self.prepared_devices = Gauge(
             "dra_prepared_devices",
             "Devices currently prepared on this node.",
             registry=self.registry,
         )
-        # Pre-create the outcome series so a scrape shows zeros before the first call.
-        for outcome in (SUCCESS, ERROR):
-            self.prepare_claims.labels(outcome=outcome)
-            self.unprepare_claims.labels(outcome=outcome)
+        # The outcome series exist from the start, so a scrape shows zeros before the first
+        # call; they and the duration series are looked up once, not on every call.
+        self._prepared = {o: self.prepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}
+        self._unprepared = {o: self.unprepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}
+        self._durations: dict[tuple[str, str], Any] = {}
+        self._claim_reads = {
+            True: self.claim_reads.labels(source="cache"),
+            False: self.claim_reads.labels(source="api"),
+        }
 
     def record_prepare(self, error: str) -> None:
-        self.prepare_claims.labels(outcome=ERROR if error else SUCCESS).inc()
+        self._prepared[ERROR if error else SUCCESS].inc()
 
     def record_unprepare(self, error: str) -> None:
-        self.unprepare_claims.labels(outcome=ERROR if error else SUCCESS).inc()
+        self._unprepared[ERROR if error else SUCCESS].inc()
+
+    def record_claim_lookup(self, served_from_cache: bool) -> None:
+        self._claim_reads[served_from_cache].inc()
 
     def observe_request(self, method: str, version: str, seconds: float) -> None:
-        self.request_duration.labels(method=method, version=version).observe(seconds)
+        series = self._durations.get((method, version))
+        if series is None:
+            series = self.request_duration.labels(method=method, version=version)
+            self._durations[(method, version)] = series
+        series.observe(seconds)
 
     def set_prepared_devices(self, n: int) -> None:
         self.prepared_devices.set(n)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import yaml
 
 from dra_driver.cdi.codec import spec_from_dict, spec_to_dict
 from dra_driver.cdi.errors import CdiError
+from dra_driver.cdi.filesystem import in_memory
 from dra_driver.cdi.model import CdiSpec
 from dra_driver.cdi.names import split_kind, validate_claim_uid
 from dra_driver.durable import sync_directory
@@ -31,6 +33,7 @@ from dra_driver.durable import sync_directory
 DEFAULT_ROOT = Path("/var/run/cdi")
 STATIC_ROOT = Path("/etc/cdi")
 _SUFFIX = ".yaml"
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -40,6 +43,17 @@ class CdiSpecDir:
 
     def __init__(self, root: Path = DEFAULT_ROOT) -> None:
         self.root = root
+        # Part of this instance's temporary names; see `_write_atomically`.
+        self._token = secrets.token_hex(6)
+        self._in_memory: bool | None = None
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the directory is on tmpfs or ramfs, where writing a spec never waits for a
+        disk (looked up once: a spec directory is not remounted under a running plugin)."""
+        if self._in_memory is None:
+            self._in_memory = in_memory(self.root)
+        return self._in_memory
 
     def claim_spec_path(self, kind: str, claim_uid: str) -> Path:
         return self.root / f"{_prefix(kind)}{_checked_uid(claim_uid)}{_SUFFIX}"
@@ -47,10 +61,14 @@ class CdiSpecDir:
     def write_claim_spec(self, claim_uid: str, spec: CdiSpec) -> Path:
         path = self.claim_spec_path(spec.kind, claim_uid)
         # JSON is a subset of YAML, so every runtime's YAML reader takes it, and writing it is
-        # several times faster than the YAML emitter on the prepare path.
-        text = json.dumps(spec_to_dict(spec), indent=2) + "\n"
-        self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path, text)
+        # several times faster than the YAML emitter on the prepare path; on one line, because
+        # only then does the standard library encode it in C.
+        data = (json.dumps(spec_to_dict(spec)) + "\n").encode()
+        try:
+            self._write_atomically(path, data)
+        except FileNotFoundError:  # the directory is made on first use, or again if removed
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._write_atomically(path, data)
         return path
 
     def delete_claim_spec(self, kind: str, claim_uid: str) -> bool:
@@ -94,6 +112,33 @@ class CdiSpecDir:
             raise CdiError(f"{path}: expected a mapping at the top level")
         return spec_from_dict(data, str(path))
 
+    def _write_atomically(self, path: Path, data: bytes) -> None:
+        # The temporary name is fixed per claim and instance: writes of one claim's spec do not
+        # overlap (the caller holds the claim), so no random name is needed; a name that is
+        # taken anyway falls back to a random one.
+        temp_name = f"{path.parent}/.{path.name}.{self._token}.tmp"
+        try:
+            fd = os.open(temp_name, _CREATE_FLAGS, 0o644)
+        except FileExistsError:
+            fd, temp_name = tempfile.mkstemp(
+                dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+            )
+        try:
+            try:
+                os.fchmod(fd, 0o644)  # runtimes read specs as another user; ignore the umask
+                view = memoryview(data)
+                while view:  # a write may take less than it was given
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp_name, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_name)
+            raise
+        sync_directory(path.parent)
+
 
 def _prefix(kind: str) -> str:
     vendor, device_class = split_kind(kind)
@@ -103,19 +148,3 @@ def _prefix(kind: str) -> str:
 def _checked_uid(claim_uid: str) -> str:
     validate_claim_uid(claim_uid)
     return claim_uid
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as temp:
-            temp.write(text)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.chmod(temp_name, 0o644)
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
-        raise
-    sync_directory(path.parent)

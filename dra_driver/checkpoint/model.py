@@ -1,9 +1,10 @@
 """What the kubelet plugin must remember about prepared claims across restarts and crashes.
 
-A claim is recorded as `PrepareStarted` before anything on the node changes, so a crash in the
-middle leaves a record naming what may need undoing; MIG instances are added as soon as each
-exists for the same reason. Records are immutable; a new checkpoint is derived for every change
-and saved whole.
+A claim that changes a GPU is recorded as `PrepareStarted` before anything on the node changes,
+so a crash in the middle leaves a record naming what may need undoing; MIG instances are added as
+soon as each exists for the same reason. (A claim whose only side effect is its CDI spec is
+reconciled from the spec directory instead, so the plugin may save it later; see the preparer.)
+Records are immutable; a new checkpoint is derived for every change and saved whole.
 """
 
 from __future__ import annotations

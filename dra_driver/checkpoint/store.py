@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from dra_driver.checkpoint.model import Checkpoint, ClaimRecord
 from dra_driver.durable import sync_directory
 
 _TEMP_SUFFIX = ".tmp"
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class CheckpointStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._encode_cache = EncodeCache()
+        self._temp_name = str(
+            path.parent / f"{self._temp_prefix()}{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+        )
         # Created on the first save; prepare saves several times per claim.
         self._directory_ready = False
 
@@ -74,20 +79,20 @@ class CheckpointStore:
         return LoadResult(checkpoint)
 
     def save(self, checkpoint: Checkpoint) -> None:
-        text = encode_checkpoint(checkpoint, self._encode_cache)
+        """Replace the file with `checkpoint`, durably; saves must not run concurrently."""
+        data = encode_checkpoint(checkpoint, self._encode_cache).encode("ascii")
         directory = self.path.parent
         try:
             if not self._directory_ready:
                 directory.mkdir(parents=True, exist_ok=True)
                 self._directory_ready = True
-            fd, temp_name = tempfile.mkstemp(
-                dir=directory, prefix=self._temp_prefix(), suffix=_TEMP_SUFFIX
-            )
+            fd, temp_name = self._create_temp()
             try:
-                with os.fdopen(fd, "w", encoding="ascii") as temp:
-                    temp.write(text)
-                    temp.flush()
-                    os.fsync(temp.fileno())
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(temp_name, self.path)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
@@ -98,6 +103,18 @@ class CheckpointStore:
             raise CheckpointError(
                 f"checkpoint {self.path}: cannot save: {error.strerror or error}"
             ) from error
+
+    def _create_temp(self) -> tuple[int, str]:
+        """The temporary file, under a name fixed for this store (saves come one at a time and
+        each renames it away), so a save costs no random name; another process's store, or a
+        leftover that somehow survived, makes it fall back to a fresh random name."""
+        try:
+            fd = os.open(self._temp_name, _CREATE_FLAGS, 0o600)
+        except FileExistsError:
+            return tempfile.mkstemp(
+                dir=self.path.parent, prefix=self._temp_prefix(), suffix=_TEMP_SUFFIX
+            )
+        return fd, self._temp_name
 
     def _reset(self, boot_id: str, detail: str) -> LoadResult:
         aside = self._aside_path()
@@ -134,3 +151,9 @@ class CheckpointStore:
             if entry.name.startswith(prefix) and entry.name.endswith(_TEMP_SUFFIX):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a write may take less than it was given
+        view = view[os.write(fd, view) :]

@@ -86,21 +86,26 @@ class DraClient(_Client):
         version: str = DRA_V1,
         timeout: float = KUBELET_CALL_TIMEOUT_S,
     ) -> None:
-        wire.dra_module(version)  # fail here, not on the first call, for an unknown version
+        module = wire.dra_module(version)  # fails here, not on the first call, when unknown
         super().__init__(socket_path, timeout)
         self.version = version
+        # Made once: a caller such as kubelet sends many calls over one channel.
+        self._prepare: Any = self._channel.unary_unary(
+            wire.prepare_path(version),
+            request_serializer=module.NodePrepareResourcesRequest.SerializeToString,
+            response_deserializer=module.NodePrepareResourcesResponse.FromString,
+        )
+        self._unprepare: Any = self._channel.unary_unary(
+            wire.unprepare_path(version),
+            request_serializer=module.NodeUnprepareResourcesRequest.SerializeToString,
+            response_deserializer=module.NodeUnprepareResourcesResponse.FromString,
+        )
 
     async def prepare(
         self, claims: Sequence[ClaimRef], *, timeout: float | None = None
     ) -> dict[str, PrepareOutcome]:
         """Outcomes keyed by claim UID; a claim the plugin left out is simply absent."""
-        module = wire.dra_module(self.version)
-        call = self._channel.unary_unary(
-            wire.prepare_path(self.version),
-            request_serializer=module.NodePrepareResourcesRequest.SerializeToString,
-            response_deserializer=module.NodePrepareResourcesResponse.FromString,
-        )
-        response: wire.DraPrepareResponse = await call(
+        response: wire.DraPrepareResponse = await self._prepare(
             wire.prepare_request(self.version, claims), timeout=self._timeout(timeout)
         )
         return wire.prepare_outcomes(response)
@@ -109,13 +114,7 @@ class DraClient(_Client):
         self, claims: Sequence[ClaimRef], *, timeout: float | None = None
     ) -> dict[str, str]:
         """Errors keyed by claim UID; an empty string means the claim was released."""
-        module = wire.dra_module(self.version)
-        call = self._channel.unary_unary(
-            wire.unprepare_path(self.version),
-            request_serializer=module.NodeUnprepareResourcesRequest.SerializeToString,
-            response_deserializer=module.NodeUnprepareResourcesResponse.FromString,
-        )
-        response: wire.DraUnprepareResponse = await call(
+        response: wire.DraUnprepareResponse = await self._unprepare(
             wire.unprepare_request(self.version, claims), timeout=self._timeout(timeout)
         )
         return wire.unprepare_errors(response)

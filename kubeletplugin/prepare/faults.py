@@ -17,6 +17,9 @@ log = structlog.get_logger(__name__)
 
 ENV_VAR = "DRA_PLUGIN_CRASH_AT"
 
+# Claims whose only side effect is the CDI spec (whole GPUs, pre-created MIG devices, fractional
+# shares) skip the PrepareStarted save, so they reach PREPARE_STARTED only when prepared again
+# before the removal of their previous record was saved.
 PREPARE_STARTED = "prepare-started"  # PrepareStarted saved, no side effect yet
 PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance created, no compute instance
 PREPARE_MIG_DEVICE = "prepare-mig-device"  # compute instance created too, not yet recorded
@@ -26,6 +29,7 @@ PREPARE_COMPLETED = "prepare-completed"  # PrepareCompleted saved, answer not ye
 UNPREPARE_COMPUTE_INSTANCE = "unprepare-compute-instance"  # CI destroyed, GI still there
 UNPREPARE_MIG_DESTROYED = "unprepare-mig-destroyed"  # MIG device gone, record still there
 UNPREPARE_CDI_DELETED = "unprepare-cdi-deleted"  # CDI spec gone, record still there
+# Dropped in memory only for claims that changed no GPU: the next save writes the removal.
 UNPREPARE_FORGOTTEN = "unprepare-forgotten"  # record dropped, answer not yet sent
 
 PREPARE_STEPS = (

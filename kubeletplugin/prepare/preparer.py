@@ -1,21 +1,26 @@
 """The prepare/unprepare state machine.
 
-Every claim goes `PrepareStarted` (saved before the first side effect, with everything needed to
-undo it) → side effects → `PrepareCompleted` (saved before the answer goes back). Whatever step a
-crash interrupts, the checkpoint says what may exist, and rolling back a started claim is the
-same code as unpreparing a completed one. Claims of one call run concurrently; a lock per
-physical GPU serialises the MIG and time-slice changes that touch the same GPU, and a lock per
-claim UID makes a repeated call wait for the first one and then return its answer.
+Every claim goes `PrepareStarted` (with everything needed to undo it) → side effects →
+`PrepareCompleted` (saved before the answer goes back). When the claim changes a GPU (a MIG
+instance, a time-slice setting), `PrepareStarted` is saved before the first side effect and the
+record is removed from the file before unprepare answers. A claim whose only side effect is its
+CDI spec skips the `PrepareStarted` save and has its removal written by whichever save comes
+next: recovery deletes every spec no record owns and drops every such record whose spec is gone.
+Whatever step a crash interrupts, the checkpoint and the CDI directory say what may exist, and
+rolling back a started claim is the same code as unpreparing a completed one. Claims of one call
+run concurrently; a lock per physical GPU serialises the MIG and time-slice changes that touch the
+same GPU, and a lock per claim UID makes a repeated call wait for the first one and then return
+its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -35,6 +40,7 @@ from dra_driver.checkpoint import (
 from dra_driver.inventory.model import Inventory
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
 from kubeletplugin.prepare import faults
+from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import (
     AllocatedResult,
     ClaimAllocation,
@@ -103,11 +109,14 @@ class Preparer:
         boot_id: str,
         crash: faults.CrashPoints | None = None,
         on_prepared_devices: Callable[[int], None] | None = None,
+        claim_cache: ClaimCache | None = None,
     ) -> None:
         self._backend = backend
         self._claims = claims
+        self._claim_cache = claim_cache
         self._store = store
         self._cdi = cdi
+        self.cdi_in_memory = cdi.in_memory
         self._nodes = device_nodes
         self.driver_name = driver_name
         self.node_name = node_name
@@ -119,8 +128,11 @@ class Preparer:
         self._gpu_locks: dict[int, asyncio.Lock] = {}
         self._claim_locks: dict[str, _ClaimLock] = {}
         self._save_lock = asyncio.Lock()
+        # Every change of the checkpoint is numbered; `_saved` is the last number on disk.
         self._changes = 0
         self._saved = 0
+        # Claims dropped from the checkpoint in memory only, with the change that dropped them.
+        self._unsaved_removals: dict[str, int] = {}
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -158,7 +170,34 @@ class Preparer:
                 covered = self._changes
                 await asyncio.to_thread(self._store.save, self._checkpoint)
                 self._saved = covered
+                if self._unsaved_removals:
+                    self._unsaved_removals = {
+                        uid: change
+                        for uid, change in self._unsaved_removals.items()
+                        if change > covered
+                    }
         self._report_prepared()
+
+    def _forget(self, uid: str) -> None:
+        """Drop a claim that changed no GPU, in memory only: its CDI spec is already gone, and
+        recovery drops such a record when it finds no spec, so the next save, whoever makes it,
+        is soon enough to write the removal."""
+        self._checkpoint = self._checkpoint.without_claim(uid)
+        self._changes += 1
+        self._unsaved_removals[uid] = self._changes
+        self._report_prepared()
+
+    async def flush(self) -> None:
+        """Write changes kept in memory only (at shut-down, after recovery)."""
+        if self._saved < self._changes:
+            await self._commit(self._checkpoint)
+
+    async def _on_cdi_dir(self, operation: Callable[..., T], *args: object) -> T:
+        """Run a spec-file operation: on the event loop when the directory is in memory (a few
+        tens of microseconds, less than a hand-off to a thread), else in a worker thread."""
+        if self.cdi_in_memory:
+            return operation(*args)
+        return await asyncio.to_thread(operation, *args)
 
     def _report_prepared(self) -> None:
         if self._on_prepared is not None:
@@ -197,6 +236,8 @@ class Preparer:
     # ---- prepare -------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        if len(claims) == 1:  # kubelet's usual call: no task needed
+            return {claims[0].uid: await self._prepare_guarded(claims[0])}
         outcomes = await asyncio.gather(*(self._prepare_guarded(ref) for ref in claims))
         return {ref.uid: outcome for ref, outcome in zip(claims, outcomes, strict=True)}
 
@@ -220,7 +261,7 @@ class Preparer:
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
             return outcome_of(existing)
         label = claim_label(ref.namespace, ref.name)
-        claim = await asyncio.to_thread(self._claims.get, ref.namespace, ref.name)
+        claim = await self._read_claim(ref)
         if claim is None:
             raise ClaimError(f"{label}: not found in the API server")
         allocation = read_allocation(claim, ref.uid, self.driver_name, self.node_name)
@@ -238,8 +279,17 @@ class Preparer:
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(p.record for p in planned),
             )
-            await self._commit(self._checkpoint.with_claim(record))
-            self._crash.reached(faults.PREPARE_STARTED)
+            if changes_gpus(record) or ref.uid in self._unsaved_removals:
+                # Also when the file may still hold this claim from before its last unprepare:
+                # a crash after the new spec must not leave that old record in charge of it.
+                await self._commit(self._checkpoint.with_claim(record))
+                self._crash.reached(faults.PREPARE_STARTED)
+            else:
+                # The CDI spec is the only side effect, and start-up recovery deletes every
+                # spec that no record owns: the record need not be durable before the spec is
+                # written, so it is only kept in memory (where a failed attempt's rollback
+                # finds it); the PrepareCompleted save below is the first one.
+                self._checkpoint = self._checkpoint.with_claim(record)
             try:
                 record = await self._apply(record, planned)
             except BaseException:
@@ -252,8 +302,17 @@ class Preparer:
             record = replace(record, state=ClaimState.PREPARE_COMPLETED)
             await self._commit(self._checkpoint.with_claim(record))
             self._crash.reached(faults.PREPARE_COMPLETED)
-        log.info("claim prepared", claim=label, uid=ref.uid, devices=len(record.devices))
+        # Debug, not info: one line per call costs a few per cent of a cycle, kubelet logs its
+        # calls itself, the metrics count them, and the CDI spec says what was handed out.
+        log.debug("claim prepared", claim=label, uid=ref.uid, devices=len(record.devices))
         return outcome_of(record)
+
+    async def _read_claim(self, ref: ClaimRef) -> dict[str, Any] | None:
+        if self._claim_cache is not None:
+            cached = self._claim_cache.lookup(ref.namespace, ref.name, ref.uid)
+            if cached is not None:
+                return cached
+        return await asyncio.to_thread(self._claims.get, ref.namespace, ref.name)
 
     async def _plan(self, ref: ClaimRef, allocation: ClaimAllocation) -> list[_Planned]:
         label = claim_label(ref.namespace, ref.name)
@@ -378,7 +437,7 @@ class Preparer:
             for position, item in enumerate(planned)
         ]
         spec = claim_spec(self.cdi_kind, items, self._nodes)
-        path = await asyncio.to_thread(self._cdi.write_claim_spec, record.uid, spec)
+        path = await self._on_cdi_dir(self._cdi.write_claim_spec, record.uid, spec)
         record = replace(record, cdi_spec=str(path))
         self._checkpoint = self._checkpoint.with_claim(record)
         self._crash.reached(faults.PREPARE_CDI_WRITTEN)
@@ -432,6 +491,8 @@ class Preparer:
     # ---- unprepare and rollback ------------------------------------------------------------
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        if len(claims) == 1:
+            return {claims[0].uid: await self._unprepare_guarded(claims[0])}
         errors = await asyncio.gather(*(self._unprepare_guarded(ref) for ref in claims))
         return {ref.uid: error for ref, error in zip(claims, errors, strict=True)}
 
@@ -443,10 +504,10 @@ class Preparer:
                 if record is None:
                     # Unknown means done; a spec left by a crash before the checkpoint knew
                     # about the claim is removed all the same.
-                    await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
+                    await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
                     return ""
                 await self._undo(record)
-            log.info("claim unprepared", claim=label, uid=ref.uid)
+            log.debug("claim unprepared", claim=label, uid=ref.uid)
             return ""
         except InUseError as err:
             message = f"{label}: {err} (the device is in use; kubelet retries unprepare)"
@@ -487,9 +548,12 @@ class Preparer:
         await self._apply_timeslices(
             (d.minor for d in record.devices if d.timeslice_interval), without=record.uid
         )
-        await asyncio.to_thread(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
+        await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
         self._crash.reached(faults.UNPREPARE_CDI_DELETED)
-        await self._commit(self._checkpoint.without_claim(record.uid))
+        if changes_gpus(record):
+            await self._commit(self._checkpoint.without_claim(record.uid))
+        else:
+            self._forget(record.uid)
         self._crash.reached(faults.UNPREPARE_FORGOTTEN)
 
     async def _destroy_instance(self, minor: int, gi_id: int, ci_id: int | None) -> None:
@@ -542,6 +606,26 @@ class Preparer:
     async def reapply_timeslices(self, minors: Iterable[int]) -> None:
         async with self._locked_gpus(minors):
             await self._apply_timeslices(minors)
+
+
+def changes_gpus(record: ClaimRecord) -> bool:
+    """Whether the claim changes a GPU (an on-demand MIG device, a time-slice setting): only a
+    record on disk lets a restarted plugin find such a change, so it is saved before the change
+    is made and removed only once it is undone. Any other claim has its CDI spec as its only
+    side effect, which recovery reconciles from the spec directory itself."""
+    return bool(record.mig_instances) or any(
+        device.shape == "mig" or device.timeslice_interval is not None for device in record.devices
+    )
+
+
+def spec_only_record_is_stale(record: ClaimRecord, spec_uids: Set[str]) -> bool:
+    """A completed claim that changed no GPU and whose spec is gone was being unprepared (the
+    spec goes first) or has nothing left to hand out: recovery drops it."""
+    return (
+        record.state is ClaimState.PREPARE_COMPLETED
+        and not changes_gpus(record)
+        and record.uid not in spec_uids
+    )
 
 
 def outcome_of(record: ClaimRecord) -> PrepareOutcome:

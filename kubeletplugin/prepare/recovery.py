@@ -3,8 +3,10 @@
 The checkpoint is the plugin's memory of side effects; after a crash the GPUs, the CDI directory
 and the API server may each disagree with it. Recovery converges all three, in the order that
 never loses track of a side effect: roll back claims that were being prepared (their instances
-may exist whether or not they were recorded), unprepare claims whose ResourceClaim is gone or was
-replaced, delete CDI specs that no claim owns, and apply each GPU's time-slice setting again.
+may exist whether or not they were recorded), drop completed claims that changed no GPU and whose
+CDI spec is gone (unprepare deletes the spec first and writes their removal lazily), unprepare
+claims whose ResourceClaim is gone or was replaced, delete CDI specs that no claim owns, and
+apply each GPU's time-slice setting again.
 An API server that cannot be reached is not a reason to unprepare anything: such claims stay, and
 kubelet's own unprepare cleans them up later.
 """
@@ -21,7 +23,7 @@ from kubernetes import client
 
 from dra_driver.checkpoint import CheckpointStore, ClaimState
 from kubeletplugin.prepare.claims import ClaimSource
-from kubeletplugin.prepare.preparer import Preparer, record_minors
+from kubeletplugin.prepare.preparer import Preparer, record_minors, spec_only_record_is_stale
 
 log = structlog.get_logger(__name__)
 
@@ -52,8 +54,14 @@ async def recover(
             warn(loaded.problem)
     preparer.adopt(loaded.checkpoint)
     minors = record_minors(loaded.checkpoint.claims)
+    spec_uids = set(await asyncio.to_thread(preparer.cdi_specs))
     for uid, record in list(loaded.checkpoint.claims.items()):
         label = f"{record.namespace}/{record.name}"
+        if spec_only_record_is_stale(record, spec_uids):
+            await preparer.undo(record)
+            report.unprepared.append(uid)
+            log.info("dropped a claim whose CDI spec is gone", claim=label, uid=uid)
+            continue
         if record.state is ClaimState.PREPARE_STARTED:
             try:
                 await preparer.undo(record)
@@ -93,4 +101,5 @@ async def recover(
         await preparer.reapply_timeslices(minors)
     except Exception as err:
         log.warning("cannot apply time-slice settings again", error=str(err))
+    await preparer.flush()
     return report

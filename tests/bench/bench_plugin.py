@@ -1,14 +1,17 @@
 """Kubelet plugin: prepare/unprepare latency, cycle rate and memory, over real gRPC.
 
     .venv/bin/python -m tests.bench.bench_plugin [--claims 1000] [--workers 8] [--shape gpu]
+        [--claim-cache]
 
-The plugin runs as its own process (`python -m kubeletplugin.cli`) on 8 fake H100s against the
-embedded API server, exactly as the crash tests start it; this process plays kubelet. Each
-worker owns one GPU and runs prepare → unprepare cycles on its own claims, so claims never wait
-for each other's devices and every call does the full work: read the claim from the API server,
-checkpoint twice, write and delete a CDI spec (and for MIG, create and destroy the instance).
-Peak RSS is the plugin process's high-water mark (VmHWM). `BENCH_WRAP` (a command line, e.g. a
-sampling profiler) is put in front of the plugin's command when set.
+The plugin runs as its own process (`python -m kubeletplugin.cli`, default log level) on 8 fake
+H100s against the embedded API server, exactly as the crash tests start it; this process plays
+kubelet. Each worker owns one GPU and runs prepare → unprepare cycles on its own claims
+(allocated and reserved, as kubelet sees them), so claims never wait for each other's devices and
+every call does the full work: read the claim (from the API server, or the plugin's watched copy
+with --claim-cache), checkpoint, write and delete a CDI spec (and for MIG, create and destroy the
+instance). CPU is counted over the cycles only, the plugin's and this process's apart. Peak RSS
+is the plugin process's high-water mark (VmHWM). `BENCH_WRAP` (a command line, e.g. a sampling
+profiler) is put in front of the plugin's command when set.
 """
 
 from __future__ import annotations
@@ -46,6 +49,13 @@ def device_for(shape: str, gpu: int) -> tuple[str, dict[str, str] | None]:
     return f"gpu-{gpu}-shared", {"compute": "10", "memory": "2Gi"}
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -69,7 +79,7 @@ async def wait_registered(socket: Path, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("plugin did not start")
 
 
-async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
+async def run(claims: int, workers: int, shape: str, claim_cache: bool) -> dict[str, Any]:
     with (
         ApiServer(port=0) as server,
         tempfile.TemporaryDirectory(dir="/tmp") as tmp,
@@ -87,7 +97,7 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
             device, consumed = device_for(shape, gpu)
             share = f"s{index}" if consumed else None
             name, uid = create_claim(
-                api, [result("r", device, NODE, share_id=share, consumed=consumed)]
+                api, [result("r", device, NODE, share_id=share, consumed=consumed)], reserved=True
             )
             refs[gpu].append(ClaimRef("default", uid, name))
         argv = [
@@ -95,8 +105,10 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
             f"--kubeconfig={kubeconfig}", f"--plugin-dir={root / 'p'}",
             f"--registry-dir={root / 'r'}", f"--cdi-root={cdi_root}",
             f"--state-dir={root / 's'}", f"--fake-state-dir={root / 'f'}",
-            f"--fake-gpus={GPUS}", "--log-level=warning", "--log-format=json",
+            f"--fake-gpus={GPUS}", "--log-format=json",
         ]  # fmt: skip
+        if claim_cache:
+            argv.append("--claim-cache")
         if os.environ.get("BENCH_WRAP"):
             argv = os.environ["BENCH_WRAP"].split() + argv
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -118,12 +130,15 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
                         prepare_s.append(t1 - t0)
                         unprepare_s.append(t2 - t1)
 
+            # CPU is counted over the cycles only, so the plugin's start-up is left out.
+            user0, sys0 = cpu_seconds(proc.pid)
+            own0 = os.times()
             started = time.perf_counter()
             await asyncio.gather(*(worker(mine) for mine in refs))
             elapsed = time.perf_counter() - started
+            own1 = os.times()
+            user1, sys1 = cpu_seconds(proc.pid)
             rss = peak_rss_mib(proc.pid)
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            plugin_cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         finally:
             proc.terminate()
             proc.wait(30)
@@ -137,6 +152,7 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
         "shape": shape,
         "claims": claims,
         "workers": workers,
+        "claim_cache": claim_cache,
         "cycles_per_s": round(claims / elapsed, 1),
         "prepare_p50_ms": ms(prepare_s, 0.50),
         "prepare_p99_ms": ms(prepare_s, 0.99),
@@ -144,7 +160,11 @@ async def run(claims: int, workers: int, shape: str) -> dict[str, Any]:
         "unprepare_p99_ms": ms(unprepare_s, 0.99),
         "prepare_mean_ms": round(statistics.fmean(prepare_s) * 1000, 2),
         "plugin_peak_rss_mib": round(rss, 1),
-        "plugin_cpu_ms_per_cycle": round(plugin_cpu_s / claims * 1000, 2),
+        "plugin_cpu_ms_per_cycle": round((user1 - user0 + sys1 - sys0) / claims * 1000, 2),
+        "plugin_sys_ms_per_cycle": round((sys1 - sys0) / claims * 1000, 2),
+        "bench_cpu_ms_per_cycle": round(
+            (own1.user - own0.user + own1.system - own0.system) / claims * 1000, 2
+        ),
         "elapsed_s": round(elapsed, 2),
     }
 
@@ -154,10 +174,13 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--shape", choices=("gpu", "mig", "shared", "all"), default="all")
+    parser.add_argument(
+        "--claim-cache", action="store_true", help="run the plugin with --claim-cache"
+    )
     args = parser.parse_args()
     shapes = ("gpu", "mig", "shared") if args.shape == "all" else (args.shape,)
     for shape in shapes:
-        figures = asyncio.run(run(args.claims, args.workers, shape))
+        figures = asyncio.run(run(args.claims, args.workers, shape, args.claim_cache))
         print(json.dumps(figures))
 
 

@@ -30,6 +30,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "fakeGpus": {"enabled": True, "profile": "H100-SXM5-80GB", "count": 8},
         "image": {"tag": "dev", "pullPolicy": "Never"},
         "logging": {"format": "console", "level": "debug"},
+        "kubeletPlugin": {"claimCache": True},
     },
     # Another driver name, a subset of shapes, extended resources and explicit names.
     "custom-driver": {

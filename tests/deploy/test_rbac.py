@@ -44,36 +44,42 @@ def implied(needed: Iterable[Permission]) -> set[Permission]:
     }
 
 
-# The allocation controller's daemon is being written; until it lands, its code makes no API
-# call and this set stands for the calls its design commits to (docs/architecture.md). The merge
-# of the daemon empties this set: from then on everything is derived from the code, and
-# test_pending_controller_calls_are_gone_once_the_controller_calls_the_api makes sure of it.
-PENDING_CONTROLLER_CALLS: frozenset[Permission] = frozenset()
+#: Permissions only granted with a chart value that turns on the code path needing them.
+OPTIONAL: dict[str, tuple[str, frozenset[Permission]]] = {
+    "kubelet-plugin": (
+        "kubeletPlugin.claimCache (the watched claim copy, --claim-cache)",
+        frozenset(
+            {
+                Permission("resource.k8s.io", "resourceclaims", "list"),
+                Permission("resource.k8s.io", "resourceclaims", "watch"),
+            }
+        ),
+    ),
+}
 
 
-def expected(component: str) -> set[Permission]:
+def expected(component: str, value_set: str = "defaults") -> set[Permission]:
     needed = set(needed_permissions(component))
-    if component == "controller":
-        needed |= PENDING_CONTROLLER_CALLS
+    if component in OPTIONAL and value_set == "defaults":
+        needed -= OPTIONAL[component][1]
     return needed | implied(needed)
 
 
 @pytest.mark.parametrize("component", sorted(SERVICE_ACCOUNTS))
-def test_rbac_grants_exactly_what_the_code_calls(component: str) -> None:
-    granted = granted_permissions(render("defaults"), SERVICE_ACCOUNTS[component])
-    wanted = expected(component)
+@pytest.mark.parametrize("value_set", ["defaults", "kind"])
+def test_rbac_grants_exactly_what_the_code_calls(component: str, value_set: str) -> None:
+    """Defaults: everything but the optional permissions; `kind` turns the options on."""
+    granted = granted_permissions(render(value_set), SERVICE_ACCOUNTS[component])
+    wanted = expected(component, value_set)
     missing = sorted(str(p) for p in wanted - granted)
     extra = sorted(str(p) for p in granted - wanted)
     assert not missing, f"{component}: the code needs {missing}, the chart does not grant them"
     assert not extra, f"{component}: the chart grants {extra}, which the code never uses"
 
 
-def test_pending_controller_calls_are_gone_once_the_controller_calls_the_api() -> None:
-    if needed_permissions("controller"):
-        assert not PENDING_CONTROLLER_CALLS, (
-            "the controller's code now calls the API: empty PENDING_CONTROLLER_CALLS so its "
-            "RBAC is checked against the code alone"
-        )
+def test_optional_permissions_are_ones_the_code_calls() -> None:
+    for component, (_, permissions) in OPTIONAL.items():
+        assert permissions <= set(needed_permissions(component))
 
 
 def test_the_plugin_calls_are_found_where_they_are() -> None:

@@ -73,8 +73,10 @@ def create_claim(
     *,
     namespace: str = "default",
     name: str | None = None,
+    reserved: bool = False,
 ) -> tuple[str, str]:
-    """A claim as the scheduler leaves it: allocated with `results` (None: not allocated)."""
+    """A claim as the scheduler leaves it: allocated with `results` (None: not allocated),
+    and with `reserved`, reserved for a pod as it is by the time kubelet prepares it."""
     objects = client.CustomObjectsApi(api)
     name = name or f"claim-{next(_NAMES)}"
     requests = sorted({str(r["request"]).split("/")[0] for r in results or []}) or ["gpu"]
@@ -95,9 +97,11 @@ def create_claim(
         "resource.k8s.io", "v1", namespace, "resourceclaims", body
     )
     if results is not None:
-        status = {
+        status: dict[str, Any] = {
             "allocation": {"devices": {"results": list(results), "config": list(config)}},
         }
+        if reserved:
+            status["reservedFor"] = [{"resource": "pods", "name": f"{name}-pod", "uid": name}]
         objects.patch_namespaced_custom_object_status(
             "resource.k8s.io",
             "v1",
@@ -141,17 +145,17 @@ class RunningPlugin:
 async def running_plugin(
     server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
 ) -> AsyncIterator[RunningPlugin]:
-    config = PluginConfig(
-        node_name=node,
-        kubeconfig=None,
-        plugin_dir=root / "plugins" / node,
-        registry_dir=root / "registry" / node,
-        cdi_root=root / "cdi" / node,
-        state_dir=root / "state" / node,
-        fake_gpus=gpus,
-        health_poll_s=0.05,
-        **extra,
-    )
+    settings: dict[str, Any] = {
+        "node_name": node,
+        "kubeconfig": None,
+        "plugin_dir": root / "plugins" / node,
+        "registry_dir": root / "registry" / node,
+        "cdi_root": root / "cdi" / node,
+        "state_dir": root / "state" / node,
+        "fake_gpus": gpus,
+        "health_poll_s": 0.05,
+    }
+    config = PluginConfig(**(settings | extra))
     api = client.ApiClient(client.Configuration(host=server.url))
     daemon = await asyncio.to_thread(PluginDaemon, config, api)
     stop = asyncio.Event()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -22,6 +23,7 @@ from kubernetes import client
 
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.cdi import CdiSpecDir
+from dra_driver.checkpoint import ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
 from dra_driver.localcluster.apiserver import ApiServer
@@ -136,11 +138,13 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Plug
                 running.proc.wait()
 
 
-def mig_claim(api: client.ApiClient, device: str, other: str) -> ClaimRef:
-    name, uid = create_claim(
-        api, [result("mig", device, NODE), result("ts", other, NODE)], name=None
-    )
+def allocated(api: client.ApiClient, *results: dict[str, Any]) -> ClaimRef:
+    name, uid = create_claim(api, list(results))
     return ClaimRef("default", uid, name)
+
+
+def mig_claim(api: client.ApiClient, device: str, other: str) -> ClaimRef:
+    return allocated(api, result("mig", device, NODE), result("ts", other, NODE))
 
 
 def expected_ids(ref: ClaimRef, *devices: str) -> list[str]:
@@ -185,6 +189,134 @@ async def test_crash_during_prepare(
     assert ids == expected_ids(claim, "gpu-0-mig-2g20gb-2", "gpu-1-ts-0")
     assert await prepare(plugin, claim) == ids
     assert instances(plugin) == {(0, "2g.20gb", 2)}
+    await plugin.stop()
+
+
+def saved_claims(plugin: PluginProcess) -> dict[str, ClaimState]:
+    """What the checkpoint file on disk says, read as a restarted plugin would."""
+    path = plugin.root / "state" / "checkpoint.json"
+    if not path.exists():
+        return {}
+    checkpoint = decode_checkpoint(path.read_bytes(), str(path))
+    return {uid: record.state for uid, record in checkpoint.claims.items()}
+
+
+def specs(plugin: PluginProcess) -> set[str]:
+    return set(CdiSpecDir(plugin.cdi_root).claim_specs(f"{DRIVER}/gpu"))
+
+
+async def test_only_claims_that_change_a_gpu_save_prepare_started(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    gpu = allocated(api, result("gpu", "gpu-1", NODE))
+    consumed = {"compute": "10", "memory": "2Gi"}
+    share = allocated(api, result("s", "gpu-0-shared", NODE, share_id="a", consumed=consumed))
+    mig = mig_claim(api, "gpu-0-mig-1g10gb-6", "gpu-1-ts-3")
+    await plugin.start(crash_at=faults.PREPARE_STARTED)
+    # A CDI spec is all a whole GPU or a fractional share changes: no PrepareStarted save, so
+    # the crash point is never reached.
+    assert await prepare(plugin, gpu) == expected_ids(gpu, "gpu-1")
+    assert await prepare(plugin, share) == expected_ids(share, "gpu-0-shared")
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.prepare([mig])
+    await plugin.killed()
+    assert saved_claims(plugin) == {
+        gpu.uid: ClaimState.PREPARE_COMPLETED,
+        share.uid: ClaimState.PREPARE_COMPLETED,
+        mig.uid: ClaimState.PREPARE_STARTED,
+    }
+    await plugin.start()
+    assert set(saved_claims(plugin)) == {gpu.uid, share.uid}
+    assert specs(plugin) == {gpu.uid, share.uid}
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([gpu, share]) == {gpu.uid: "", share.uid: ""}
+    assert specs(plugin) == set()
+    await plugin.stop()
+
+
+@pytest.mark.parametrize("step", [faults.PREPARE_CDI_WRITTEN, faults.PREPARE_COMPLETED])
+async def test_crash_while_preparing_a_whole_gpu(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    claim = allocated(api, result("gpu", "gpu-0", NODE))
+    await plugin.start(crash_at=step)
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.prepare([claim])
+    await plugin.killed()
+    assert specs(plugin) == {claim.uid}
+    completed = step == faults.PREPARE_COMPLETED
+    # Before PrepareCompleted the checkpoint has never heard of the claim: only its spec exists.
+    assert saved_claims(plugin) == ({claim.uid: ClaimState.PREPARE_COMPLETED} if completed else {})
+
+    await plugin.start()
+    # A spec no record owns is an orphan and goes at start-up; a completed claim keeps its own.
+    assert specs(plugin) == ({claim.uid} if completed else set())
+    assert await prepare(plugin, claim) == expected_ids(claim, "gpu-0")
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+    assert specs(plugin) == set()
+    await plugin.stop()
+    assert saved_claims(plugin) == {}  # written at the latest on the way out
+
+
+@pytest.mark.parametrize(
+    "step", [faults.UNPREPARE_CDI_DELETED, faults.UNPREPARE_FORGOTTEN, "after-the-answer"]
+)
+async def test_crash_while_unpreparing_a_whole_gpu(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    claim = allocated(api, result("gpu", "gpu-1", NODE))
+    await plugin.start()
+    await prepare(plugin, claim)
+    await plugin.stop()
+
+    answered = step == "after-the-answer"
+    await plugin.start(crash_at=None if answered else step)
+    async with DraClient(plugin.dra_socket) as dra:
+        if answered:
+            assert await dra.unprepare([claim]) == {claim.uid: ""}
+        else:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await dra.unprepare([claim])
+    assert plugin.proc is not None
+    if answered:
+        plugin.proc.kill()
+    await plugin.killed()
+    # The spec went first; the record's removal is written by the next save, which never came.
+    assert specs(plugin) == set()
+    assert saved_claims(plugin) == {claim.uid: ClaimState.PREPARE_COMPLETED}
+
+    await plugin.start()
+    # Recovery drops the record whose spec is gone: the GPU is free for the next claim.
+    assert saved_claims(plugin) == {}
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+    successor = allocated(api, result("gpu", "gpu-1", NODE))
+    assert await prepare(plugin, successor) == expected_ids(successor, "gpu-1")
+    assert specs(plugin) == {successor.uid}
+    await plugin.stop()
+
+
+async def test_preparing_again_before_the_removal_is_saved_is_careful(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    # Until its removal is on disk, the file still says the claim is prepared, with the devices
+    # of back then; preparing it again therefore saves PrepareStarted before the new spec.
+    claim = allocated(api, result("gpu", "gpu-0", NODE))
+    await plugin.start(crash_at=faults.PREPARE_STARTED)
+    ids = await prepare(plugin, claim)  # a whole GPU does not reach the crash point...
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+        with pytest.raises(grpc.aio.AioRpcError):
+            await dra.prepare([claim])  # ...but the second prepare does
+    await plugin.killed()
+    assert saved_claims(plugin) == {claim.uid: ClaimState.PREPARE_STARTED}
+
+    await plugin.start()
+    assert saved_claims(plugin) == {} and specs(plugin) == set()
+    assert await prepare(plugin, claim) == ids
     await plugin.stop()
 
 

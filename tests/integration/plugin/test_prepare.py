@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -263,6 +265,50 @@ async def test_device_held_by_another_claim_is_refused(
         error = (await dra.prepare([ref(api, name, uid)]))[uid].error
         assert "gpu-1" in error and f"default/{first_name}" in error
         await dra.unprepare([ref(api, first_name, first_uid)])
+
+
+async def test_two_claims_for_one_gpu_in_one_call_get_it_once(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # Prepared concurrently: one gets the GPU, and only its record and spec exist.
+    first = ref(api, *create_claim(api, [result("gpu", "gpu-0", NODE)]))
+    second = ref(api, *create_claim(api, [result("gpu", "gpu-0", NODE)]))
+    async with DraClient(plugin.dra_socket) as dra:
+        answer = await dra.prepare([first, second])
+        errors = sorted(answer[c.uid].error for c in (first, second))
+        assert errors[0] == "" and "gpu-0" in errors[1] and "already prepared" in errors[1]
+        winner = first if answer[first.uid].error == "" else second
+        assert set(plugin.daemon.preparer.checkpoint.claims) == {winner.uid}
+        assert set(CdiSpecDir(plugin.daemon.config.cdi_root).claim_specs(f"{DRIVER}/gpu")) == {
+            winner.uid
+        }
+        assert (await dra.unprepare([first, second])) == {first.uid: "", second.uid: ""}
+
+
+async def test_specs_in_a_memory_directory(server: ApiServer, api: client.ApiClient) -> None:
+    # /var/run/cdi is a tmpfs on a node, so specs are written on the event loop there; the other
+    # tests keep them on a disk, where a worker thread writes them.
+    memory = Path("/dev/shm")
+    if not memory.is_dir() or not CdiSpecDir(memory).in_memory:
+        pytest.skip("no tmpfs at /dev/shm")
+    gpu = ref(api, *create_claim(api, [result("gpu", "gpu-1", NODE)]))
+    consumed = {"compute": "20", "memory": "2Gi"}
+    share = ref(
+        api,
+        *create_claim(api, [result("s", "gpu-0-shared", NODE, share_id="m", consumed=consumed)]),
+    )
+    with short_dir() as root, tempfile.TemporaryDirectory(dir=memory) as cdi:
+        async with running_plugin(server, root, NODE, cdi_root=Path(cdi)) as running:
+            assert running.daemon.preparer.cdi_in_memory
+            async with DraClient(running.dra_socket) as dra:
+                answer = await dra.prepare([gpu, share])
+                assert answer[gpu.uid].error == "" and answer[share.uid].error == ""
+                ids = [i for c in (gpu, share) for i in answer[c.uid].devices[0].cdi_device_ids]
+                env = environment(running, ids)
+                assert env["DRA_DEVICE_GPU_1"] == running.backend.gpus[1].uuid
+                assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"
+                assert (await dra.unprepare([gpu, share])) == {gpu.uid: "", share.uid: ""}
+            assert os.listdir(cdi) == []
 
 
 async def test_claim_allocated_to_another_node_is_refused(

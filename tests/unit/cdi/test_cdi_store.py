@@ -46,6 +46,40 @@ def test_write_creates_the_directory_and_round_trips(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o644
 
 
+def test_specs_are_world_readable_whatever_the_umask(tmp_path: Path) -> None:
+    store = CdiSpecDir(tmp_path)
+    previous = os.umask(0o077)
+    try:
+        path = store.write_claim_spec(UID, _spec("gpu-0"))
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_removed_directory_is_made_again(tmp_path: Path) -> None:
+    root = tmp_path / "cdi"
+    store = CdiSpecDir(root)
+    store.write_claim_spec(UID, _spec("gpu-0"))
+    assert store.delete_claim_spec(KIND, UID) is True
+    root.rmdir()
+    path = store.write_claim_spec(UID, _spec("gpu-1"))
+    assert [device.name for device in store.read(path).devices] == ["gpu-1"]
+
+
+def test_a_taken_temporary_name_falls_back_to_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("secrets.token_hex", lambda _: "same")
+    store = CdiSpecDir(tmp_path)
+    path = store.claim_spec_path(KIND, UID)
+    squatter = tmp_path / f".{path.name}.same.tmp"
+    squatter.write_text("partial")
+    store.write_claim_spec(UID, _spec("gpu-0"))
+    assert [device.name for device in store.read(path).devices] == ["gpu-0"]
+    assert squatter.read_text() == "partial"
+    assert sorted(os.listdir(tmp_path)) == sorted([path.name, squatter.name])
+
+
 def test_rewrite_replaces_content_without_leftovers(tmp_path: Path) -> None:
     store = CdiSpecDir(tmp_path)
     store.write_claim_spec(UID, _spec("gpu-0"))

@@ -87,6 +87,34 @@ def test_interrupted_save_keeps_the_old_file(path: Path, monkeypatch: pytest.Mon
     assert os.listdir(path.parent) == [path.name]
 
 
+def test_many_saves_leave_only_the_checkpoint(path: Path) -> None:
+    store = CheckpointStore(path)
+    checkpoint = Checkpoint(boot_id=BOOT)
+    for uid in ("a", "b", "c"):
+        checkpoint = checkpoint.with_claim(_claim(uid))
+        store.save(checkpoint)
+    store.save(checkpoint.without_claim("a"))
+    assert os.listdir(path.parent) == [path.name]
+    assert set(CheckpointStore(path).load(BOOT).checkpoint.claims) == {"b", "c"}
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_taken_temporary_name_falls_back_to_a_fresh_one(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two stores that drew the same name (two processes): a file left under that name by one
+    # must not stop the other from saving, nor be renamed into place.
+    monkeypatch.setattr("secrets.token_hex", lambda _: "same")
+    first, second = CheckpointStore(path), CheckpointStore(path)
+    first.save(Checkpoint(boot_id=BOOT).with_claim(_claim("a")))
+    squatter = path.parent / f".{path.name}.same.tmp"
+    squatter.write_text("half-written by someone else")
+    second.save(Checkpoint(boot_id=BOOT).with_claim(_claim("b")))
+    assert squatter.read_text() == "half-written by someone else"
+    assert set(CheckpointStore(path).load(BOOT).checkpoint.claims) == {"b"}
+    assert os.listdir(path.parent) == [path.name]  # the load removed the leftover
+
+
 def test_leftover_temp_files_are_removed_at_load(path: Path) -> None:
     _saved(path, "a")
     leftover = path.parent / f".{path.name}.x1y2.tmp"
