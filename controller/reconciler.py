@@ -29,7 +29,7 @@ from controller.api import ControllerApi
 from controller.config import ControllerConfig
 from controller.decide import Decision, NotYet, Unallocatable, decide
 from controller.gangs import GangError, GangId, gang_of, members
-from controller.informer import Event, Key, Obj, key_of
+from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.pod_claims import known_claim_names
@@ -40,6 +40,8 @@ log = structlog.get_logger(__name__)
 WRITE_CONCURRENCY = 16
 #: The shortest time between the starts of two passes.
 BATCH_WINDOW_S = 0.05
+#: How long a re-check waits for the claims watch to deliver our own write before it lists.
+WATCH_CATCH_UP_S = 2.0
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -259,15 +261,17 @@ class Reconciler:
         return decisions
 
     async def _write_all(self, decisions: list[Decision]) -> None:
-        await self._refresh()
-        ready = [d for d in decisions if self._still_fits(d, "before-write")]
         limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+        marked = await asyncio.gather(*(self._mark(d, limit) for d in decisions))
+        ready = [d for d, rv in zip(decisions, marked, strict=True) if rv is not None]
+        await self._fresh(max((rv or 0 for rv in marked), default=0))
+        ready = [d for d in ready if self._still_fits(d, "before-write")]
         written = await asyncio.gather(*(self._write(d, limit) for d in ready))
-        done = [d for d, ok in zip(ready, written, strict=True) if ok]
+        done = [d for d, rv in zip(ready, written, strict=True) if rv is not None]
         if not done:
             return
         if any(d.allocations for d in done):
-            await self._refresh()
+            await self._fresh(max(rv or 0 for rv in written))
         verified = []
         for decision in done:
             if self._still_fits(decision, "after-write"):
@@ -276,7 +280,11 @@ class Reconciler:
                 await self._withdraw(decision)
         await asyncio.gather(*(self._lift(d, limit) for d in verified))
 
-    async def _refresh(self) -> None:
+    async def _fresh(self, own_write_rv: int) -> None:
+        """Bring the view's claims up to now: through the watch when it carries one of our own
+        writes (everything committed before that write then arrived too), else by listing."""
+        if own_write_rv and await self.view.claims_caught_up(own_write_rv, WATCH_CATCH_UP_S):
+            return
         fresh = await asyncio.to_thread(self.api.list_claims)
         self.view.refresh_claims(fresh)
 
@@ -309,7 +317,40 @@ class Reconciler:
             self._queue.setdefault(key_of(pod))
         self._wake.set()
 
-    async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> bool:
+    async def _mark(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
+        """Finalizers on the claims the decision allocates; the newest resourceVersion written
+        (0 when nothing needed writing), None when it failed and the pods are decided again."""
+        newest = 0
+        async with limit:
+            try:
+                for key in decision.allocations:
+                    claim = self.view.claims.get(key)
+                    if claim is None:
+                        raise LookupError(f"claim {key[0]}/{key[1]} is gone")
+                    result = await asyncio.to_thread(self.writer.mark, claim)
+                    if result is not None:
+                        self.view.refresh_claims_one(result)
+                        newest = max(newest, resource_version(result))
+            except NotLeaderError:
+                raise
+            except (client.ApiException, LookupError) as err:
+                self._write_failed(decision, err)
+                return None
+        return newest
+
+    def _write_failed(self, decision: Decision, err: Exception) -> None:
+        self.metrics.conflicts.labels("write").inc()
+        log.info(
+            "writing a decision failed; deciding again",
+            status=getattr(err, "status", None),
+            error=str(err),
+        )
+        self._retry(decision)
+
+    async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
+        """Allocations and reservations; the newest resourceVersion written, None on failure
+        (then whatever of the decision was written is withdrawn)."""
+        newest = 0
         async with limit:
             written: list[Key] = []
             try:
@@ -320,18 +361,16 @@ class Reconciler:
                     allocation = decision.allocations.get(key)
                     result = await asyncio.to_thread(self.writer.allocate, claim, allocation, pods)
                     self.view.refresh_claims_one(result)
+                    newest = max(newest, resource_version(result))
                     written.append(key)
                 self.metrics.allocations.inc(len(decision.allocations))
-                return True
+                return newest
             except NotLeaderError:
                 raise
             except (client.ApiException, LookupError) as err:
-                status = getattr(err, "status", None)
-                self.metrics.conflicts.labels("write").inc()
-                log.info("writing a decision failed; deciding again", status=status, error=str(err))
                 await self._undo(decision, written)
-                self._retry(decision)
-                return False
+                self._write_failed(decision, err)
+                return None
 
     async def _undo(self, decision: Decision, written: list[Key]) -> None:
         for key in written:

@@ -12,6 +12,7 @@ Everything here runs on the event loop; informer threads only hand events over.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -55,6 +56,10 @@ class ClusterView:
         """Claim → the allocation that `usage` holds for it (observed or assumed)."""
         self.assumed: dict[Key, Obj] = {}
         """Claim → an allocation decided here and not yet seen in the claim's status."""
+        self.watched_claims_rv = 0
+        """The newest claim resourceVersion the watch has delivered; events come in order, so
+        every claim change up to it is in the view."""
+        self._claims_caught_up = asyncio.Condition()
         self.generation = 0
         """Bumped on every change that can make a pod that did not fit fit now."""
         self.snapshot_builds = 0
@@ -112,6 +117,8 @@ class ClusterView:
         store = self.objects[event.resource]
         current = store.get(event.key)
         if event.kind != "DELETED" and resource_version(current) > resource_version(event.obj):
+            if event.resource == "resourceclaims":
+                self._watched(resource_version(event.obj))
             return  # a fresher read got here first (see refresh_claims)
         if event.kind == "DELETED":
             store.pop(event.key, None)
@@ -123,6 +130,30 @@ class ClusterView:
             self.generation += 1
         elif event.resource == "resourceclaims":
             self._claim_changed(event.key, None if event.kind == "DELETED" else event.obj)
+        if event.resource == "resourceclaims":
+            self._watched(resource_version(event.obj))
+
+    def _watched(self, rv: int) -> None:
+        if rv > self.watched_claims_rv:
+            self.watched_claims_rv = rv
+            asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._claims_caught_up:
+            self._claims_caught_up.notify_all()
+
+    async def claims_caught_up(self, rv: int, timeout: float) -> bool:
+        """Wait until the claims watch has delivered resourceVersion `rv` (one of our own
+        writes): then every claim change committed before it is in the view too, as fresh as a
+        full list would be. False on timeout (a lagging or broken watch)."""
+        async with self._claims_caught_up:
+            try:
+                await asyncio.wait_for(
+                    self._claims_caught_up.wait_for(lambda: self.watched_claims_rv >= rv), timeout
+                )
+            except TimeoutError:
+                return False
+        return True
 
     def refresh_claims(self, fresh: Iterable[Obj]) -> None:
         """Merge a fresh list of every claim (newer than the watch may have delivered yet)."""

@@ -49,14 +49,18 @@ class ClaimWriter:
         if not self._fence():
             raise NotLeaderError("this replica no longer holds the leader Lease")
 
+    def mark(self, claim: Obj) -> Obj | None:
+        """Put our finalizer on a claim we are about to allocate; None when it has it."""
+        finalizers = list(claim["metadata"].get("finalizers") or [])
+        if self.finalizer in finalizers:
+            return None
+        self._check_leader()
+        return self.api.patch_claim(claim, {"finalizers": [*finalizers, self.finalizer]})
+
     def allocate(
         self, claim: Obj, allocation: Obj | None, pods: Sequence[Mapping[str, Any]]
     ) -> Obj:
-        """Finalizer, then allocation (when given) and reservation; the claim as written."""
-        finalizers = list(claim["metadata"].get("finalizers") or [])
-        if self.finalizer not in finalizers and allocation is not None:
-            self._check_leader()
-            claim = self.api.patch_claim(claim, {"finalizers": [*finalizers, self.finalizer]})
+        """Allocation (when given) and reservation, after `mark`; the claim as written."""
         status: Obj = {"reservedFor": reserved_for(claim, pods)}
         if allocation is not None:
             status["allocation"] = allocation
