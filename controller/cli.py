@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=_seconds(_env("DRA_RESYNC_PERIOD", "30s") or "30s"),
         help="retry pods that did not fit at least this often (env DRA_RESYNC_PERIOD)",
     )
+    add(
+        "--settle-time",
+        type=_seconds,
+        default=_seconds(_env("DRA_SETTLE_TIME", "0.2s") or "0.2s"),
+        help="seconds written allocations are watched for a colliding allocation by another "
+        "allocator before the gate is lifted (env DRA_SETTLE_TIME)",
+    )
     add("--log-format", default=_env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
     add("--log-level", default=_env("DRA_LOG_LEVEL", "info"), help="debug, info, warning, error")
     return parser
@@ -199,6 +206,7 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         metrics_port=args.metrics_port,
         healthcheck_port=args.healthcheck_port,
         resync_s=args.resync_period,
+        settle_s=args.settle_time,
     )
 
 

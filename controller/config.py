@@ -69,4 +69,8 @@ class ControllerConfig:
     metrics_port: int | None = None
     healthcheck_port: int | None = None
     resync_s: float = 30.0
+    settle_s: float = 0.2
+    """Written allocations are re-checked against the watch this long after the write, before
+    the gates come off: an allocator that decided on older state gets that long to land its
+    write where we see it, and we withdraw ours instead of double-booking."""
     """Pods that did not fit are retried on every relevant change and at least this often."""

@@ -1,16 +1,18 @@
 """The allocation loop: gated pods in, allocated claims and lifted gates out.
 
-One pass takes every queued pod (or gang), decides all of them against the view, re-checks the
-decisions against a fresh read of every claim, writes them, re-checks once more, and only then
-lifts the gates. Passes batch naturally: while one pass writes, new pods queue up for the next,
-so the two fresh reads are shared by however many pods arrived meanwhile.
+One pass takes every queued pod (or gang) and decides all of them against the view; marks the
+claims it will allocate with our finalizer; re-checks the decisions once the claims watch has
+brought those writes back (then the view holds every claim change committed before them); writes
+the allocations; re-checks once more the same way; and holds the written decisions for the settle
+time, after which a last check against the view lets their gates come off. Passes batch
+naturally: while one pass writes, new pods queue up for the next.
 
-The two re-checks are what keeps this controller from double-booking against the kube-scheduler,
-which allocates other pods' claims from the same devices and never coordinates with us. The read
-before writing catches what the watch had not delivered yet; the read after writing catches an
-allocation that landed between that read and our write (the later writer withdraws; the gate is
-still on, so no pod has started). Deallocation runs in the same loop, so it never races with a
-decision about the same claim.
+The re-checks are what keeps this controller from double-booking against the kube-scheduler,
+which allocates other pods' claims from the same devices and never coordinates with us. The check
+before writing catches what the view had not seen when it decided; the checks after writing and
+after the settle time catch an allocation that landed after that (the later writer withdraws:
+the gate is still on, so no pod has started). Deallocation runs in the same loop, so it never
+races with a decision about the same claim.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+import urllib3
 from kubernetes import client
 
 from controller.allocation_metrics import AllocationMetrics
@@ -77,6 +80,12 @@ class Reconciler:
         self._seen_at: dict[Key, float] = {}
         self._dealloc: set[Key] = set()
         self._reports: list[tuple[Obj, str]] = []
+        self._settling: list[tuple[float, Decision]] = []
+        self._in_flight: list[Decision] = []
+        self._stale: dict[Key, list[Obj]] = {}
+        """Claims of ours whose earlier allocation collides with another's: to withdraw."""
+        self._last_resync = time.monotonic()
+        """Written decisions and when their gates may come off (see ControllerConfig.settle_s)."""
         self._wake = asyncio.Event()
         self._last_pass = -BATCH_WINDOW_S
         self.passes = 0
@@ -158,10 +167,17 @@ class Reconciler:
     async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
         while not stop.is_set() and self._is_leader():
             woken: asyncio.Future[Any] = asyncio.ensure_future(self._wake.wait())
+            deadline = self.next_deadline()
+            timeout = self.config.resync_s
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - time.monotonic()))
             await asyncio.wait(
-                [woken, stopped], timeout=self.config.resync_s, return_when=asyncio.FIRST_COMPLETED
+                [woken, stopped], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             woken.cancel()
+            if time.monotonic() - self._last_resync >= self.config.resync_s:
+                self._last_resync = time.monotonic()
+                self.resync()
             # Passes at most every BATCH_WINDOW_S: the two fresh reads of every claim are then
             # shared by all pods that arrived meanwhile, instead of paid per pod under a steady
             # stream of arrivals; a lone pod waits at most the window.
@@ -178,18 +194,33 @@ class Reconciler:
                 break
             except Exception as err:  # one bad pass must not end the controller
                 log.exception("allocation pass failed", error=str(err))
-                self._wake.set()
+                self._recover()
                 await asyncio.sleep(1.0)
 
     def wake(self) -> None:
         self._wake.set()
 
-    def take_over(self) -> None:
-        """On becoming leader: look at every gated pod and every claim of ours afresh."""
+    def _recover(self) -> None:
+        """After a failed pass: its unfinished decisions are dropped and their pods decided
+        again (what was written is found in the claims then), and every gated pod looked at."""
+        settling = {id(d) for _, d in self._settling}
+        for decision in self._in_flight:
+            if id(decision) not in settling:
+                self._retry(decision)
+        self._in_flight = []
+        self.resync()
+
+    def resync(self) -> None:
+        """Look at every gated pod again (the safety net behind event-driven retries)."""
         for key, pod in self.view.pods.items():
             if self._gated(pod):
                 self._seen_at.setdefault(key, time.monotonic())
                 self._queue.setdefault(key)
+        self._wake.set()
+
+    def take_over(self) -> None:
+        """On becoming leader: look at every gated pod and every claim of ours afresh."""
+        self.resync()
         for key, claim in self.view.claims.items():
             if self.config.finalizer in (claim["metadata"].get("finalizers") or []):
                 self._dealloc.add(key)
@@ -197,7 +228,10 @@ class Reconciler:
         self._wake.set()
 
     def step_down(self) -> None:
-        """On losing the lead: decisions not yet written are no longer ours to make."""
+        """On losing the lead: decisions not yet written are no longer ours to make, and
+        written ones still settling are left to the next leader (their claims are allocated and
+        reserved for still-gated pods, which it finishes)."""
+        self._settling.clear()
         for key in list(self.view.assumed):
             self.view.forget(key)
 
@@ -208,20 +242,44 @@ class Reconciler:
         keys = sorted(self._queue, key=lambda k: (self._seen_at.get(k, 0.0), k))
         self._queue.clear()
         decisions = self._decide(self._units(keys))
+        self._in_flight = decisions
         await self._send_reports()
         if decisions:
             await self._write_all(decisions)
+        self._in_flight = []
+        await self._lift_settled()
+        await self._withdraw_stale()
         await self._deallocate()
         self.passes += 1
+
+    async def _lift_settled(self) -> None:
+        """Gates off for decisions that stayed clear of other allocations for the settle time."""
+        now = time.monotonic()
+        due = [d for at, d in self._settling if at <= now]
+        self._settling = [(at, d) for at, d in self._settling if at > now]
+        ready = []
+        for decision in due:
+            if self._still_fits(decision, "settled"):
+                ready.append(decision)
+            else:
+                await self._withdraw(decision)
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+        await asyncio.gather(*(self._lift(d, limit) for d in ready))
+
+    def next_deadline(self) -> float | None:
+        return min((at for at, _ in self._settling), default=None)
 
     def _units(self, keys: Iterable[Key]) -> list[_Unit]:
         units: list[_Unit] = []
         gangs_done: set[GangId] = set()
+        settling = {key_of(p) for _, d in self._settling for p in d.pods}
         for key in keys:
             pod = self.view.pods.get(key)
             if not self._gated(pod):
                 self._forget_pod(key)
                 continue
+            if key in settling:
+                continue  # written; its gate comes off when the settle time is over
             assert pod is not None
             try:
                 gang = gang_of(pod, self.config.gang_label, self.config.gang_size_label)
@@ -272,13 +330,12 @@ class Reconciler:
             return
         if any(d.allocations for d in done):
             await self._fresh(max(rv or 0 for rv in written))
-        verified = []
+        settle_at = time.monotonic() + self.config.settle_s
         for decision in done:
             if self._still_fits(decision, "after-write"):
-                verified.append(decision)
+                self._settling.append((settle_at, decision))
             else:
                 await self._withdraw(decision)
-        await asyncio.gather(*(self._lift(d, limit) for d in verified))
 
     async def _fresh(self, own_write_rv: int) -> None:
         """Bring the view's claims up to now: through the watch when it carries one of our own
@@ -308,7 +365,32 @@ class Reconciler:
                 )
                 self._retry(decision)
                 return False
+        # Claims allocated by an earlier attempt of ours (the pod is still gated) must be as
+        # clear of other allocations as new ones: a withdrawal that did not get through, or an
+        # allocator that wrote late, is found here and undone before the gate comes off.
+        for key in decision.claims:
+            claim = self.view.claims.get(key)
+            current = allocation_of(claim)
+            if key in decision.allocations or claim is None or current is None:
+                continue
+            if self.config.finalizer not in (claim["metadata"].get("finalizers") or []):
+                continue  # not ours to question (a claim shared with a running pod)
+            why = self.view.conflict(key, current)
+            if why is not None:
+                self.metrics.conflicts.labels(stage).inc()
+                log.info("earlier allocation collides; withdrawing it", claim=key, reason=why)
+                self._stale[key] = list(decision.pods)
+                self._retry(decision)
+                return False
         return True
+
+    async def _withdraw_stale(self) -> None:
+        stale, self._stale = self._stale, {}
+        for key, pods in stale.items():
+            try:
+                await asyncio.to_thread(self.writer.withdraw, key, pods)
+            except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
 
     def _retry(self, decision: Decision) -> None:
         for key in list(decision.allocations):
@@ -333,7 +415,7 @@ class Reconciler:
                         newest = max(newest, resource_version(result))
             except NotLeaderError:
                 raise
-            except (client.ApiException, LookupError) as err:
+            except (client.ApiException, LookupError, urllib3.exceptions.HTTPError, OSError) as err:
                 self._write_failed(decision, err)
                 return None
         return newest
@@ -367,7 +449,7 @@ class Reconciler:
                 return newest
             except NotLeaderError:
                 raise
-            except (client.ApiException, LookupError) as err:
+            except (client.ApiException, LookupError, urllib3.exceptions.HTTPError, OSError) as err:
                 await self._undo(decision, written)
                 self._write_failed(decision, err)
                 return None
@@ -389,10 +471,10 @@ class Reconciler:
                 started = self._seen_at.get(key)
                 try:
                     await asyncio.to_thread(self.writer.lift_gate, current, self.config.gate_name)
-                except client.ApiException as err:
-                    if err.status == 404:
+                except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                    if getattr(err, "status", None) == 404:
                         continue
-                    log.info("lifting a gate failed; trying again", pod=key, status=err.status)
+                    log.info("lifting a gate failed; trying again", pod=key, error=str(err))
                     self._queue.setdefault(key)
                     self._wake.set()
                     continue

@@ -13,6 +13,7 @@ Everything here runs on the event loop; informer threads only hand events over.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -235,6 +236,12 @@ class ClusterView:
             self._recorded[key] = allocation
 
     def _rebuild(self) -> None:
+        # The snapshot is millions of small objects that live until the next rebuild. Left to the
+        # cyclic collector, every full collection rescans them all and stalls the loop for up to
+        # a second; frozen, they are skipped. Unfreezing first lets the previous snapshot go.
+        self._placer = None
+        gc.unfreeze()
+        gc.collect()
         snapshot = ClusterSnapshot.build(
             self.objects["resourceslices"].values(),
             self.objects["deviceclasses"].values(),
@@ -247,6 +254,7 @@ class ClusterView:
             FragmentationModel(snapshot).warm()
         warm_class_verdicts(snapshot)
         warm_s = time.perf_counter() - started
+        gc.freeze()
         self._placer = Placer(snapshot, Usage(), self.mode, explain_failures=True)
         self._recorded = {}
         self.snapshot_builds += 1

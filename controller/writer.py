@@ -76,7 +76,12 @@ class ClaimWriter:
         """
         uids = {p["metadata"]["uid"] for p in pods}
         for _ in range(attempts):
-            claim = self.api.get_claim(*key)
+            try:
+                claim = self.api.get_claim(*key)
+            except client.ApiException as err:
+                if err.status == 404:
+                    return True
+                raise
             status = claim.get("status") or {}
             keep = [r for r in status.get("reservedFor") or [] if r.get("uid") not in uids]
             body: Obj = {"reservedFor": keep or None}

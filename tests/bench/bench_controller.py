@@ -216,7 +216,7 @@ def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, A
                 f"--mode={mode}",
                 f"--healthcheck-port={health}",
                 "--log-format=json",
-                "--log-level=warning",
+                "--log-level=" + os.environ.get("BENCH_CONTROLLER_LOG_LEVEL", "warning"),
             ],
             stderr=(workdir / "controller.log").open("wb"),
         )
