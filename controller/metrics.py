@@ -8,12 +8,10 @@ needs metrics of its own adds them as attributes here, registered on `self.regis
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
-
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from dra_driver.metrics_endpoint import MetricsEndpoint, serve_registry
 
 log = structlog.get_logger(__name__)
 
@@ -24,23 +22,6 @@ LOST = "lost"
 RELEASED = "released"
 """This replica stopped leading because it was asked to stop."""
 LEADER_EVENTS = (ACQUIRED, LOST, RELEASED)
-
-
-@dataclass
-class MetricsEndpoint:
-    """A running HTTP exposition server; call :meth:`shutdown` to free its port."""
-
-    server: WSGIServer
-    thread: threading.Thread
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_port)
-
-    def shutdown(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 class ControllerMetrics:
@@ -70,10 +51,7 @@ class ControllerMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
         """Start the HTTP exposition server in a thread; port 0 lets the OS choose."""
-        server, thread = start_http_server(port, addr=addr, registry=self.registry)
-        endpoint = MetricsEndpoint(server=server, thread=thread)
-        log.info("metrics endpoint listening", addr=addr, port=endpoint.port)
-        return endpoint
+        return serve_registry(self.registry, port, addr)
 
 
 __all__ = [

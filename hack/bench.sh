@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks (not part of the test suite): allocator throughput, latency and memory on a
-# 500-node H100 cluster, the fragmentation trace, then the kubelet plugin's prepare/unprepare. Figures are recorded in docs/performance.md.
+# 500-node H100 cluster, the fragmentation trace, the kubelet plugin's prepare/unprepare, then the
+# allocation controller end to end. Figures are recorded in docs/performance.md.
 # Usage: hack/bench.sh [--nodes N]   (extra arguments go to the two allocator benchmarks)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,3 +17,7 @@ python -m tests.bench.bench_fragmentation "$@"
 echo
 echo "==> kubelet plugin: prepare/unprepare over gRPC"
 python -m tests.bench.bench_plugin
+echo
+echo "==> allocation controller: gated pods end to end (all at once, then 100 pods/s)"
+python -m tests.bench.bench_controller
+python -m tests.bench.bench_controller --rate 100

@@ -7,35 +7,17 @@ clashing over metric names.
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dra_driver.metrics_endpoint import MetricsEndpoint, serve_registry
 
 log = structlog.get_logger(__name__)
 
 SUCCESS = "success"
 ERROR = "error"
-
-
-@dataclass
-class MetricsEndpoint:
-    """A running HTTP exposition server; call :meth:`shutdown` to free its port."""
-
-    server: WSGIServer
-    thread: threading.Thread
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_port)
-
-    def shutdown(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 class PluginMetrics:
@@ -104,10 +86,7 @@ class PluginMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
         """Start the HTTP exposition server in a thread; port 0 lets the OS choose."""
-        server, thread = start_http_server(port, addr=addr, registry=self.registry)
-        endpoint = MetricsEndpoint(server=server, thread=thread)
-        log.info("metrics endpoint listening", addr=addr, port=endpoint.port)
-        return endpoint
+        return serve_registry(self.registry, port, addr)
 
 
 __all__ = ["ERROR", "SUCCESS", "MetricsEndpoint", "PluginMetrics"]

@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.deviceclasses import device_classes
 from dra_driver.localcluster.cluster import LocalCluster
 from dra_driver.localcluster.roles.node_agent import PREPARED_ANNOTATION
 
@@ -62,27 +63,6 @@ def _pod(
     }
 
 
-def _classes() -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": f"{kind}.dra-driver.dev"},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f'device.driver == "{DRIVER}" && '
-                            f'device.attributes["{DRIVER}"].type == "{kind}"'
-                        }
-                    }
-                ]
-            },
-        }
-        for kind in ("gpu", "mig")
-    ]
-
-
 async def _eventually(check: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(check):
@@ -100,7 +80,7 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
         objects = client.CustomObjectsApi(cluster.api)
         cluster.apply(
             [
-                *_classes(),
+                *device_classes(DRIVER),
                 _template("two-gpus", "gpu", 2),
                 _template("slice", "mig"),
                 _pod("gated-pair", "two-gpus", gated=True),

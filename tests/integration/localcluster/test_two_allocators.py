@@ -12,32 +12,12 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator.checker import check_allocations
+from dra_driver.deviceclasses import device_classes
 from dra_driver.localcluster.cluster import LocalCluster
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"
 GROUP, VERSION = "resource.k8s.io", "v1"
-
-
-def _classes() -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": f"{kind}.dra-driver.dev"},
-            "spec": {
-                "selectors": [
-                    {
-                        "cel": {
-                            "expression": f'device.driver == "{DRIVER}" && '
-                            f'device.attributes["{DRIVER}"].type == "{kind}"'
-                        }
-                    }
-                ]
-            },
-        }
-        for kind in ("gpu", "mig", "shared")
-    ]
 
 
 def _claim(name: str, kind: str) -> dict[str, Any]:
@@ -111,7 +91,7 @@ async def test_controller_and_scheduler_side_by_side_never_double_book() -> None
         controller_args=("--settle-time=1s",),
     ) as cluster:
         await cluster.wait_registered()
-        cluster.apply(_classes())
+        cluster.apply(device_classes(DRIVER))
         assert cluster.api is not None
         core = client.CoreV1Api(cluster.api)
         for wave in range(waves):
@@ -141,7 +121,7 @@ async def test_leader_failover_mid_stream_without_double_allocation() -> None:
         nodes=2, gpus="H100-SXM5-80GB:4", controllers=2, controller_args=timing
     ) as cluster:
         await cluster.wait_registered()
-        cluster.apply(_classes())
+        cluster.apply(device_classes(DRIVER))
         assert cluster.api is not None
         core = client.CoreV1Api(cluster.api)
         objects = client.CustomObjectsApi(cluster.api)
