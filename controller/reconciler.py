@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -50,12 +49,6 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 
 def condition_type(driver_name: str) -> str:
     return f"{driver_name}/DevicesAllocated"
-
-
-@dataclass(slots=True)
-class _Unit:
-    pods: list[Obj]
-    label: str
 
 
 class Reconciler:
@@ -269,8 +262,9 @@ class Reconciler:
     def next_deadline(self) -> float | None:
         return min((at for at, _ in self._settling), default=None)
 
-    def _units(self, keys: Iterable[Key]) -> list[_Unit]:
-        units: list[_Unit] = []
+    def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
+        """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
+        units: list[list[Obj]] = []
         gangs_done: set[GangId] = set()
         settling = {key_of(p) for _, d in self._settling for p in d.pods}
         for key in keys:
@@ -287,7 +281,7 @@ class Reconciler:
                 self._failed([pod], Unallocatable(str(err)))
                 continue
             if gang is None:
-                units.append(_Unit([pod], f"pod {key[0]}/{key[1]}"))
+                units.append([pod])
                 continue
             gang_id, size = gang
             if gang_id in gangs_done:
@@ -305,17 +299,17 @@ class Reconciler:
                     ),
                 )
             elif gated:
-                units.append(_Unit(gated, f"gang {gang_id}"))
+                units.append(gated)
         return units
 
-    def _decide(self, units: list[_Unit]) -> list[Decision]:
+    def _decide(self, units: list[list[Obj]]) -> list[Decision]:
         decisions = []
-        for unit in units:
-            outcome = decide(self.view, unit.pods)
+        for pods in units:
+            outcome = decide(self.view, pods)
             if isinstance(outcome, Decision):
                 decisions.append(outcome)
             else:
-                self._failed(unit.pods, outcome)
+                self._failed(pods, outcome)
         return decisions
 
     async def _write_all(self, decisions: list[Decision]) -> None:
