@@ -146,7 +146,17 @@ class Usage:
                     rule = device.capacity.get(qualified)
                     if rule is not None and taken + consumed[qualified] > rule.value:
                         return f"capacity {cap} of device {name} is no longer free"
-            if self.in_use(device) or device.id in newly_used:
+            if device.id in newly_used:
+                continue
+            if self.in_use(device):
+                # Shared with other claims, which hold its counters; but if the pool's counters
+                # are over-committed (another allocator took a device they exclude meanwhile),
+                # the sharing itself is the collision.
+                if self._over_committed(snapshot, device):
+                    return (
+                        f"device {name} shares shared counters that another allocation now "
+                        "over-commits"
+                    )
                 continue
             newly_used.add(device.id)
             if not device.consumes:
@@ -164,6 +174,13 @@ class Usage:
                         "pool now consume"
                     )
         return None
+
+    def _over_committed(self, snapshot: ClusterSnapshot, device: Device) -> bool:
+        pool = snapshot.pool_of(device)
+        used = self.counters.get(pool.index)
+        if used is None:
+            return False
+        return any(used[c] > pool.counter_totals[c] for c, _ in device.consumes)
 
     def node_version(self, node: str) -> tuple[int, int]:
         return self.node_versions[node], self.node_versions["*"]

@@ -80,16 +80,7 @@ async def test_controller_and_scheduler_side_by_side_never_double_book() -> None
     fractional shares; more are asked for than the nodes have."""
     waves, per_wave = 8, 30
     kinds = ("mig", "shared", "mig")
-    # The settle time must outlast the other allocator's delay between its last read and its
-    # write. The scheduler stand-in shares one process (and one interpreter lock) with the API
-    # server and every other stand-in, so under this load that delay reaches hundreds of
-    # milliseconds; a second leaves a wide margin (docs/architecture.md, "Re-checks").
-    async with LocalCluster(
-        nodes=2,
-        gpus="H100-SXM5-80GB:4",
-        poll_s=0.05,
-        controller_args=("--settle-time=1s",),
-    ) as cluster:
+    async with LocalCluster(nodes=2, gpus="H100-SXM5-80GB:4", poll_s=0.05) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(DRIVER))
         assert cluster.api is not None
