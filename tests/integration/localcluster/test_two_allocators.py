@@ -92,6 +92,18 @@ async def test_controller_and_scheduler_side_by_side_never_double_book() -> None
                 batch.append(_claim(f"c-{i}", kinds[i % len(kinds)]))
                 batch.append(_pod(f"p-{i}", f"c-{i}", gated=i % 2 == 0))
             await asyncio.to_thread(cluster.apply, batch)
+            if wave == 0:
+                # The controller yields whenever the two collide, and the stand-in, polling in
+                # this process, can win every race on a loaded machine: let the controller
+                # place part of the first wave before the race is on, so both take part.
+                def some_gated_pod_allocated() -> bool:
+                    listed = core.list_namespaced_pod("default").items
+                    return any(
+                        not p.spec.scheduling_gates and int(p.metadata.name[2:]) % 2 == 0
+                        for p in listed
+                    )
+
+                await _eventually(some_gated_pod_allocated, timeout=60, what="a first gated pod")
 
         def settled() -> bool:
             listed = core.list_namespaced_pod("default").items
