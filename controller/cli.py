@@ -7,7 +7,6 @@ pod's name and namespace from the downward API for the Lease identity.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -26,40 +25,10 @@ from controller.config import (
 from controller.daemon import run_controller
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.allocator import AllocationMode
+from dra_driver.cli.env_flags import env, env_flag, port, seconds
 from dra_driver.logging_setup import configure_logging
 
 log = structlog.get_logger(__name__)
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(name, default)
-
-
-def _flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    return raw.lower() in ("1", "true", "yes")
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
-    return value
-
-
-def _seconds(text: str) -> float:
-    raw = text.strip()
-    value = float(raw[:-1]) if raw.endswith("s") else float(raw)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
-    return value
-
-
-def _optional_port(name: str) -> int | None:
-    raw = os.environ.get(name)
-    return _port(raw) if raw else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,113 +41,113 @@ def build_parser() -> argparse.ArgumentParser:
     add("--version", action="version", version=f"%(prog)s {__version__}")
     add(
         "--driver-name",
-        default=_env("DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        default=env("DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME),
         help="driver name whose devices this controller allocates (env DRA_DRIVER_NAME)",
     )
     add(
         "--kubeconfig",
-        default=_env("KUBECONFIG"),
+        default=env("KUBECONFIG"),
         help="kubeconfig file; in-cluster config when absent (env KUBECONFIG)",
     )
     add(
         "--gate-name",
-        default=_env("DRA_GATE_NAME"),
+        default=env("DRA_GATE_NAME"),
         help="scheduling gate that hands a pod to this controller; default "
         "<driver>/allocation (env DRA_GATE_NAME)",
     )
     add(
         "--finalizer",
-        default=_env("DRA_FINALIZER"),
+        default=env("DRA_FINALIZER"),
         help="finalizer put on the claims this controller allocates; default "
         "<driver>/allocation (env DRA_FINALIZER)",
     )
     add(
         "--gang-label",
-        default=_env("DRA_GANG_LABEL"),
+        default=env("DRA_GANG_LABEL"),
         help="pod label naming the pod's gang; default <driver>/gang (env DRA_GANG_LABEL)",
     )
     add(
         "--gang-size-label",
-        default=_env("DRA_GANG_SIZE_LABEL"),
+        default=env("DRA_GANG_SIZE_LABEL"),
         help="pod label giving the gang's size; default <driver>/gang-size "
         "(env DRA_GANG_SIZE_LABEL)",
     )
     add(
         "--mode",
         choices=[m.value for m in AllocationMode],
-        default=_env("DRA_ALLOCATION_MODE", AllocationMode.SCORED.value),
+        default=env("DRA_ALLOCATION_MODE", AllocationMode.SCORED.value),
         help="scored (topology and fragmentation aware) or first-fit (the kube-scheduler's "
         "choice) (env DRA_ALLOCATION_MODE)",
     )
     add(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
-        default=_flag("DRA_LEADER_ELECT", True),
+        default=env_flag("DRA_LEADER_ELECT", True),
         help="run only while holding the Lease, so replicas can stand by (env DRA_LEADER_ELECT)",
     )
     add(
         "--lease-name",
-        default=_env("DRA_LEASE_NAME"),
+        default=env("DRA_LEASE_NAME"),
         help="name of the coordination.k8s.io Lease; default <driver with dashes>-controller "
         "(env DRA_LEASE_NAME)",
     )
     add(
         "--lease-namespace",
-        default=_env("POD_NAMESPACE", "default"),
+        default=env("POD_NAMESPACE", "default"),
         help="namespace of the Lease (env POD_NAMESPACE)",
     )
     add(
         "--identity",
-        default=_env("POD_NAME") or socket.gethostname(),
+        default=env("POD_NAME") or socket.gethostname(),
         help="this replica's name in the Lease (env POD_NAME; default the host name)",
     )
     add(
         "--lease-duration",
-        type=_seconds,
-        default=_seconds(_env("DRA_LEASE_DURATION", "15s") or "15s"),
+        type=seconds,
+        default=env("DRA_LEASE_DURATION", "15s"),
         help="seconds a standby waits after the last renewal before taking over "
         "(env DRA_LEASE_DURATION)",
     )
     add(
         "--renew-deadline",
-        type=_seconds,
-        default=_seconds(_env("DRA_RENEW_DEADLINE", "10s") or "10s"),
+        type=seconds,
+        default=env("DRA_RENEW_DEADLINE", "10s"),
         help="seconds the leader keeps trying to renew before it stops leading "
         "(env DRA_RENEW_DEADLINE)",
     )
     add(
         "--retry-period",
-        type=_seconds,
-        default=_seconds(_env("DRA_RETRY_PERIOD", "2s") or "2s"),
+        type=seconds,
+        default=env("DRA_RETRY_PERIOD", "2s"),
         help="seconds between attempts to acquire or renew the Lease (env DRA_RETRY_PERIOD)",
     )
     add(
         "--metrics-port",
-        type=_port,
-        default=_optional_port("DRA_METRICS_PORT"),
+        type=port,
+        default=env("DRA_METRICS_PORT"),
         help="serve Prometheus metrics on this port (env DRA_METRICS_PORT)",
     )
     add(
         "--healthcheck-port",
-        type=_port,
-        default=_optional_port("DRA_HEALTHCHECK_PORT"),
+        type=port,
+        default=env("DRA_HEALTHCHECK_PORT"),
         help="serve HTTP /healthz (liveness) and /readyz on this port (env DRA_HEALTHCHECK_PORT)",
     )
     add(
         "--resync-period",
-        type=_seconds,
-        default=_seconds(_env("DRA_RESYNC_PERIOD", "30s") or "30s"),
+        type=seconds,
+        default=env("DRA_RESYNC_PERIOD", "30s"),
         help="retry pods that did not fit at least this often (env DRA_RESYNC_PERIOD)",
     )
     add(
         "--settle-time",
-        type=_seconds,
-        default=_seconds(_env("DRA_SETTLE_TIME", "0.2s") or "0.2s"),
+        type=seconds,
+        default=env("DRA_SETTLE_TIME", "0.2s"),
         help="seconds written allocations are watched for a colliding allocation by another "
         "allocator before the gate is lifted (env DRA_SETTLE_TIME)",
     )
-    add("--log-format", default=_env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
-    add("--log-level", default=_env("DRA_LOG_LEVEL", "info"), help="debug, info, warning, error")
+    add("--log-format", default=env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
+    add("--log-level", default=env("DRA_LOG_LEVEL", "info"), help="debug, info, warning, error")
     return parser
 
 
@@ -214,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        config = config_from_args(args)  # refuse bad settings before logging is set up
         configure_logging(args.log_format, args.log_level)
-        config = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
     try:

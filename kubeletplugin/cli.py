@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,16 +16,13 @@ from pathlib import Path
 import structlog
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
+from dra_driver.cli.env_flags import env, port
 from dra_driver.logging_setup import configure_logging
 from dra_driver.signals import install_signal_handlers
 from dra_driver.slices import Shape
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
 
 log = structlog.get_logger(__name__)
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(name, default)
 
 
 def _shapes(text: str) -> frozenset[Shape]:
@@ -41,13 +37,6 @@ def _shapes(text: str) -> frozenset[Shape]:
     return frozenset(known[n] for n in names)
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-kubelet-plugin",
@@ -57,118 +46,113 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add(
         "--driver-name",
-        default=_env("DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME),
+        default=env("DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME),
         help="driver name and attribute domain (env DRA_DRIVER_NAME)",
     )
     add(
         "--node-name",
-        default=_env("NODE_NAME"),
+        default=env("NODE_NAME"),
         help="this node's name, also the pool name (env NODE_NAME; required)",
     )
     add(
         "--kubeconfig",
-        default=_env("KUBECONFIG"),
+        default=env("KUBECONFIG"),
         help="kubeconfig file; in-cluster config when absent (env KUBECONFIG)",
     )
     add(
         "--plugin-dir",
         type=Path,
-        default=_env("DRA_PLUGIN_DIR"),
+        default=env("DRA_PLUGIN_DIR"),
         help="directory of the DRA socket; default /var/lib/kubelet/plugins/<driver> "
         "(env DRA_PLUGIN_DIR)",
     )
     add(
         "--registry-dir",
         type=Path,
-        default=_env("DRA_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
+        default=env("DRA_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry"),
         help="kubelet's plugin registration directory (env DRA_REGISTRY_DIR)",
     )
     add(
         "--cdi-root",
         type=Path,
-        default=_env("CDI_ROOT", "/var/run/cdi"),
+        default=env("CDI_ROOT", "/var/run/cdi"),
         help="where per-claim CDI specs are written (env CDI_ROOT)",
     )
     add(
         "--state-dir",
         type=Path,
-        default=_env("DRA_STATE_DIR"),
+        default=env("DRA_STATE_DIR"),
         help="where the checkpoint lives; default the plugin dir (env DRA_STATE_DIR)",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--fake-gpus",
-        default=_env("DRA_FAKE_GPUS"),
+        default=env("DRA_FAKE_GPUS"),
         metavar="PROFILE:COUNT",
         help="fake GPUs, e.g. H100-SXM5-80GB:8, or a YAML file (env DRA_FAKE_GPUS)",
     )
     source.add_argument(
         "--nvml",
         action="store_true",
-        default=_env("DRA_NVML", "") in ("1", "true"),
+        default=env("DRA_NVML", "") in ("1", "true"),
         help="the real GPUs through NVML (env DRA_NVML=true)",
     )
     add(
         "--fake-state-dir",
         type=Path,
-        default=_env("DRA_FAKE_STATE_DIR"),
+        default=env("DRA_FAKE_STATE_DIR"),
         help="where fake GPUs keep their state across restarts; default <state-dir>/fake-gpus "
         "(env DRA_FAKE_STATE_DIR)",
     )
     add(
         "--shapes",
         type=_shapes,
-        default=_shapes(_env("DRA_SHAPES", "gpu,mig,timeslice,shared") or ""),
+        default=_shapes(env("DRA_SHAPES", "gpu,mig,timeslice,shared") or ""),
         help="device shapes to publish, comma-separated from gpu,mig,timeslice,shared "
         "(env DRA_SHAPES)",
     )
     add(
         "--timeslice-shares",
         type=int,
-        default=int(_env("DRA_TIMESLICE_SHARES", "4") or 4),
+        default=env("DRA_TIMESLICE_SHARES", "4"),
         help="time-slice share devices per GPU (env DRA_TIMESLICE_SHARES)",
     )
     add(
         "--metrics-port",
-        type=_port,
-        default=_optional_int("DRA_METRICS_PORT"),
+        type=port,
+        default=env("DRA_METRICS_PORT"),
         help="serve Prometheus metrics on this port (env DRA_METRICS_PORT)",
     )
     add(
         "--healthcheck-port",
-        type=_port,
-        default=_optional_int("DRA_HEALTHCHECK_PORT"),
+        type=port,
+        default=env("DRA_HEALTHCHECK_PORT"),
         help="serve the gRPC liveness check on this TCP port (env DRA_HEALTHCHECK_PORT)",
     )
     add(
         "--pod-uid",
-        default=_env("POD_UID"),
+        default=env("POD_UID"),
         help="socket names carry this UID, for overlapping rolling updates (env POD_UID)",
     )
     add("--health-poll-interval", type=float, default=5.0, help="seconds between GPU health checks")
     add(
         "--delete-slices-on-exit",
         action="store_true",
-        default=_env("DRA_DELETE_SLICES_ON_EXIT", "") in ("1", "true"),
+        default=env("DRA_DELETE_SLICES_ON_EXIT", "") in ("1", "true"),
         help="delete this node's ResourceSlices on a clean shutdown "
         "(env DRA_DELETE_SLICES_ON_EXIT)",
     )
     add(
         "--claim-cache",
         action="store_true",
-        default=_env("DRA_CLAIM_CACHE", "") in ("1", "true"),
+        default=env("DRA_CLAIM_CACHE", "") in ("1", "true"),
         help="answer prepare from a watched copy of every ResourceClaim when it can, instead of "
         "a GET per claim; needs list and watch on resourceclaims in all namespaces, and every "
         "node then watches every claim, so it is off by default (env DRA_CLAIM_CACHE)",
     )
-    add("--log-format", default=_env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
-    add("--log-level", default=_env("DRA_LOG_LEVEL", "info"))
+    add("--log-format", default=env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
+    add("--log-level", default=env("DRA_LOG_LEVEL", "info"))
     return parser
-
-
-def _optional_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    return int(raw) if raw else None
 
 
 def config_from_args(args: argparse.Namespace) -> PluginConfig:

@@ -4,8 +4,7 @@ docs/configuration.md is generated from this (hack/gen-config-docs.py) and the c
 to prove that every environment variable the chart sets is one a daemon reads. The environment
 variable of a flag is not visible on the parsed ``argparse`` action (the parser reads it into the
 default while it is built), so it is read from the source of ``build_parser``: the string given to
-an environment helper (``_env("NAME")``, ``_flag(...)``, ``_optional_int(...)``, ...) inside the
-flag's ``default=``.
+an environment helper (``env("NAME")``, ``env_flag(...)``) inside the flag's ``default=``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-ENV_HELPERS = frozenset({"_env", "_flag", "_optional_int", "_optional_port"})
+ENV_HELPERS = frozenset({"env", "env_flag"})
+"""The helpers of `dra_driver.cli.env_flags` that read a flag's default from the environment."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,3 +78,23 @@ def test_daemon_command_reports_its_version(main, capsys):
         main(["--version"])
     assert done.value.code == 0
     assert "0.1.0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("main", "variable", "value", "flag"),
+    [
+        (controller_main, "DRA_LEASE_DURATION", "soon", "--lease-duration"),
+        (controller_main, "DRA_METRICS_PORT", "99999", "--metrics-port"),
+        (plugin_main, "DRA_TIMESLICE_SHARES", "many", "--timeslice-shares"),
+    ],
+)
+def test_a_bad_environment_value_is_a_usage_error_naming_the_flag(
+    main, variable, value, flag, capsys, monkeypatch
+):
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("NODE_NAME", "n1")
+    monkeypatch.setenv("DRA_FAKE_GPUS", "A30-24GB:1")
+    with pytest.raises(SystemExit) as done:
+        main([])
+    assert done.value.code == 2
+    assert flag in capsys.readouterr().err
