@@ -17,6 +17,7 @@ COPY api ./api
 COPY dra_driver ./dra_driver
 COPY kubeletplugin ./kubeletplugin
 COPY controller ./controller
+COPY localcluster ./localcluster
 RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

@@ -19,10 +19,10 @@ import structlog
 from kubernetes import client
 
 from controller.allocation_metrics import AllocationMetrics
-from controller.api import ControllerApi
 from controller.config import ControllerConfig
 from controller.health import HealthEndpoint, HealthState, serve_health
 from controller.informer import Informer
+from controller.kube_calls import ControllerApi
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics, MetricsEndpoint
 from controller.reconciler import Reconciler

@@ -27,11 +27,11 @@ import urllib3
 from kubernetes import client
 
 from controller.allocation_metrics import AllocationMetrics
-from controller.api import ControllerApi
 from controller.config import ControllerConfig
 from controller.decide import Decision, NotYet, Unallocatable, decide
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
+from controller.kube_calls import ControllerApi
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.pod_claims import known_claim_names

@@ -18,8 +18,8 @@ from typing import Any
 import structlog
 from kubernetes import client
 
-from controller.api import ControllerApi
 from controller.informer import Key, Obj
+from controller.kube_calls import ControllerApi
 
 log = structlog.get_logger(__name__)
 

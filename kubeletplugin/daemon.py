@@ -22,7 +22,7 @@ from kubernetes import client
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_state import read_boot_id
+from dra_driver.backends.fake.state import read_boot_id
 from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import CheckpointStore

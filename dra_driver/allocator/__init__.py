@@ -16,9 +16,9 @@ from dra_driver.allocator.placement import (
     allocate_on_node,
 )
 from dra_driver.allocator.scoring import ScoringPolicy, SolutionScore
-from dra_driver.allocator.selectors import VerdictCache
 from dra_driver.allocator.snapshot import ClusterSnapshot
 from dra_driver.allocator.usage import Usage
+from dra_driver.allocator.verdicts import VerdictCache
 
 __all__ = [
     "AllocationError",

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from dra_driver.allocator.capacity import large_enough, share_demand
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.search import CandidateIndex, SearchState, untolerated_taint
-from dra_driver.allocator.selectors import SelectorFailure
 from dra_driver.allocator.snapshot import ClusterSnapshot
 from dra_driver.allocator.usage import Usage
+from dra_driver.allocator.verdicts import SelectorFailure
 
 # Reasons, in the order the allocator applies its checks.
 CLASS_SELECTOR = "rejected by the DeviceClass selectors"

@@ -21,9 +21,9 @@ from dra_driver.allocator.claims import (
 )
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.quantities import Number
-from dra_driver.allocator.selectors import SelectorFailure, Verdict
 from dra_driver.allocator.snapshot import ClusterSnapshot, Device, NodeView, Taint
 from dra_driver.allocator.usage import Usage
+from dra_driver.allocator.verdicts import SelectorFailure, Verdict
 from dra_driver.cel import CompiledSelector
 
 DEFAULT_MAX_STEPS = 1_000_000

@@ -16,7 +16,7 @@ from dra_driver.allocator.errors import InputError
 from dra_driver.allocator.node_selectors import node_selector_matches
 from dra_driver.allocator.projection import Entry, device_entries
 from dra_driver.allocator.quantities import Number, quantity_value
-from dra_driver.allocator.selectors import SelectorEvaluator, Verdict, VerdictCache
+from dra_driver.allocator.verdicts import SelectorEvaluator, Verdict, VerdictCache
 from dra_driver.cel import CelEnvironment, DeviceVariable, default_environment, device_variable
 
 AttributeValue = tuple[str, object]

@@ -1,7 +1,9 @@
 """`dra-driver`: one command with subcommands.
 
-Subcommands come from the `dra_driver.commands` entry-point group, so the controller package can
-add its offline tools (simulate, explain) without the shared core importing the controller.
+The core's own commands are listed here; others (the local cluster's `apiserver` and
+`local-cluster`) come from the `dra_driver.commands` entry-point group, so the shared core never
+imports the test harness. Registering a command imports only its small command module: the
+heavy parts (the HTTP server, the daemons) load when that command runs.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from dra_driver import __version__
-from dra_driver.cli import apiserver, devices, local_cluster
+from dra_driver.cli import devices, offline
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 BUILTIN: dict[str, Register] = {
-    "apiserver": apiserver.register,
     "devices": devices.register,
-    "local-cluster": local_cluster.register,
+    "explain": offline.register_explain,
+    "simulate": offline.register_simulate,
 }
 
 

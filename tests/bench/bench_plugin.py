@@ -32,7 +32,7 @@ from kubernetes import client
 
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
-from dra_driver.localcluster.apiserver import ApiServer
+from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import DRIVER, create_claim, create_node, result
 
 NODE = "bench-node"

@@ -9,7 +9,7 @@ is privilege nobody asked for. So the list is derived, not written down:
    generator, ``call_api(path, method)`` in older ones). A path and method give an RBAC
    (apiGroup, resource[/subresource], verb); a list call with ``watch=True`` is ``watch``.
 2. The deployed packages (``kubeletplugin``, ``controller``, and the ``dra_driver`` modules they
-   import; never ``dra_driver.localcluster``, a test harness) are parsed with ``ast``. Every use
+   import; never ``localcluster``, a test harness) are parsed with ``ast``. Every use
    of a client API method is mapped: the receiver's class is found from what it was built from
    (``client.CoreV1Api(api)``, a local variable or ``self`` attribute holding one, ``cast(...)``
    around one); ``CustomObjectsApi`` group and plural come from literal arguments or module
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_ROOT = Path(kubernetes.__file__).parent
 COMPONENTS = {"kubelet-plugin": "kubeletplugin", "controller": "controller"}
 """Component name -> the package whose modules (and imports) make up its process."""
-NEVER_DEPLOYED = ("dra_driver.localcluster",)
+NEVER_DEPLOYED = ("localcluster",)
 WORKERS = {"to_thread", "partial", "run_in_executor", "_call"}
 """Callables that call the function given to them; the arguments after it are the call's
 (`_call` is the leader elector's bounded `to_thread`)."""

@@ -22,8 +22,8 @@ from controller.daemon import ControllerDaemon
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import AllocationMode
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.localcluster.apiserver import ApiServer
 from dra_driver.slices import SliceSettings, build_resource_slices
+from localcluster.apiserver import ApiServer
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"

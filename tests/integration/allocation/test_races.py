@@ -11,8 +11,8 @@ from typing import Any
 
 from kubernetes import client
 
-from controller.api import ControllerApi
 from controller.daemon import ControllerDaemon
+from controller.kube_calls import ControllerApi
 from tests.integration.allocation.harness import (
     GROUP,
     VERSION,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 
 
 def _pod(name: str, **meta: object) -> dict[str, object]:

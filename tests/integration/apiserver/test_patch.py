@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from dra_driver.localcluster.patches import json_patch, merge_patch
+from localcluster.patches import json_patch, merge_patch
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -106,7 +106,7 @@ def test_merge_patch_rfc7386_examples() -> None:
 
 
 def test_json_patch_bad_paths_are_rejected() -> None:
-    from dra_driver.localcluster.errors import ApiError
+    from localcluster.errors import ApiError
 
     with pytest.raises(ApiError):
         json_patch({"a": []}, [{"op": "remove", "path": "/a/0"}])

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 
 
 def _slice(name: str, devices: list[dict[str, Any]]) -> dict[str, Any]:

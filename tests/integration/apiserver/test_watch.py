@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 
 
 def _cm(name: str, **labels: str) -> dict[str, Any]:

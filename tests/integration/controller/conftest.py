@@ -18,7 +18,7 @@ from kubernetes import client, config
 from controller.config import LeaderElection
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 
 NAMESPACE = "default"
 LEASE = "test-controller"

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from controller.informer import Event, Informer
-from dra_driver.localcluster.apiserver import ApiServer
+from localcluster.apiserver import ApiServer
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.config import LeaderElection
 from controller.leader import LeaderElector, micro_time
 from controller.metrics import ACQUIRED, LOST, RELEASED, ControllerMetrics
-from dra_driver.localcluster import ApiServer
+from localcluster import ApiServer
 from tests.integration.controller.conftest import (
     LEASE,
     NAMESPACE,

@@ -14,8 +14,8 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
-from dra_driver.localcluster.cluster import LocalCluster
-from dra_driver.localcluster.roles.node_agent import PREPARED_ANNOTATION
+from localcluster.cluster import LocalCluster
+from localcluster.roles.node_agent import PREPARED_ANNOTATION
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from dra_driver.localcluster.demo import run_demo
+from localcluster.demo import run_demo
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples"
 

@@ -12,8 +12,8 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.localcluster.cluster import LocalCluster
 from dra_driver.slices import check_limits
+from localcluster.cluster import LocalCluster
 
 GPUS = "H100-SXM5-80GB:8"
 

@@ -18,15 +18,15 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cdi import CdiDevice, CdiSpec, CdiSpecDir, ContainerEdits
 from dra_driver.kubeletapi import DRA_V1, DRA_V1BETA1, PLUGIN_TYPE
 from dra_driver.kubeletapi.types import ClaimRef, PluginInfo, PreparedDevice, PrepareOutcome
-from dra_driver.localcluster import ApiServer
-from dra_driver.localcluster.roles.node_agent import (
+from kubeletplugin.server import PluginServers
+from localcluster import ApiServer
+from localcluster.roles.node_agent import (
     FINALIZER,
     PREPARE_ERROR_ANNOTATION,
     PREPARED_ANNOTATION,
     PREPARED_CONDITION,
     NodeAgent,
 )
-from kubeletplugin.server import PluginServers
 
 Obj = dict[str, Any]
 DRIVER = DEFAULT_DRIVER_NAME

@@ -9,11 +9,11 @@ import pytest
 from kubernetes import client, dynamic
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.allocator.checker import check_allocations
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.localcluster import ApiServer
-from dra_driver.localcluster.roles import claims_from_templates, scheduler
+from dra_driver.checker.rules import check_allocations
 from dra_driver.slices import SliceSettings, build_resource_slices
+from localcluster import ApiServer
+from localcluster.roles import claims_from_templates, scheduler
 
 Obj = dict[str, Any]
 DRV = DEFAULT_DRIVER_NAME

@@ -11,9 +11,9 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.allocator.checker import check_allocations
+from dra_driver.checker.rules import check_allocations
 from dra_driver.deviceclasses import device_classes
-from dra_driver.localcluster.cluster import LocalCluster
+from localcluster.cluster import LocalCluster
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"

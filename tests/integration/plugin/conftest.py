@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from dra_driver.localcluster.apiserver import ApiServer
+from localcluster.apiserver import ApiServer
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.localcluster.apiserver import ApiServer
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
+from localcluster.apiserver import ApiServer
 
 DRIVER = DEFAULT_DRIVER_NAME
 MERGE = "application/merge-patch+json"

@@ -12,8 +12,8 @@ from kubernetes import client
 
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from dra_driver.localcluster.apiserver import ApiServer
 from kubeletplugin.prepare.claim_cache import ClaimCache, _interrupt
+from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     MERGE,
     create_claim,

@@ -26,8 +26,8 @@ from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
-from dra_driver.localcluster.apiserver import ApiServer
 from kubeletplugin.prepare import faults
+from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     create_claim,

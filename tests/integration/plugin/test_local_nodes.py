@@ -14,8 +14,8 @@ from kubernetes import client
 
 from dra_driver.kubeletapi.client import HealthClient
 from dra_driver.kubeletapi.types import Health
-from dra_driver.localcluster.apiserver import ApiServer
 from dra_driver.slices import check_limits
+from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import DRIVER, create_node, running_plugin, short_dir
 
 NODES = ("node-1", "node-2")

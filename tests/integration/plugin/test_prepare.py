@@ -16,7 +16,7 @@ from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi import DRA_V1, DRA_V1BETA1, HEALTH_V1ALPHA1, PLUGIN_TYPE
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
-from dra_driver.localcluster.apiserver import ApiServer
+from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,

@@ -13,11 +13,11 @@ from kubernetes import client
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.localcluster.apiserver import ApiServer
 from dra_driver.slices import SliceSettings, build_resource_slices, check_limits
 from kubeletplugin.publisher.plan import NodeOwner
 from kubeletplugin.publisher.publisher import SlicePublisher
 from kubeletplugin.publisher.store import KubernetesSliceStore
+from localcluster.apiserver import ApiServer
 
 Obj = dict[str, Any]
 

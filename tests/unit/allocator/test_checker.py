@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.allocator.checker import Violation, check_allocations
-from dra_driver.allocator.reference import TooManyCandidatesError, first_fit_reference
+from dra_driver.checker.rules import Violation, check_allocations
+from tests.unit.allocator.reference import TooManyCandidatesError, first_fit_reference
 
 GPU = "gpu.example.com"
 NIC = "nic.example.com"

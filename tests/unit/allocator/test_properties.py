@@ -25,8 +25,8 @@ from dra_driver.allocator import (
     Usage,
     allocate_on_node,
 )
-from dra_driver.allocator.checker import check_allocations
-from dra_driver.allocator.reference import TooManyCandidatesError, first_fit_reference
+from dra_driver.checker.rules import check_allocations
+from tests.unit.allocator.reference import TooManyCandidatesError, first_fit_reference
 from tests.unit.allocator.strategies import Cluster, Scenario, claims, clusters, scenarios
 
 Obj = dict[str, Any]

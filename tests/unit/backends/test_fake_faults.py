@@ -21,7 +21,7 @@ from dra_driver.backends.errors import (
     UnknownBackendError,
 )
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_errors import FAULT_ERRORS
+from dra_driver.backends.fake.faults import FAULT_ERRORS
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.inventory.model import MigPlacement
 

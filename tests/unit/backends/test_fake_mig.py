@@ -17,7 +17,7 @@ from dra_driver.backends.errors import (
     NvmlUnavailableError,
 )
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_spec import FakeGpuSpec
+from dra_driver.backends.fake.spec import FakeGpuSpec
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.inventory.products import known_products, product_from_dict

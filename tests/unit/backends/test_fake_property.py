@@ -20,7 +20,7 @@ from dra_driver.backends.errors import (
     NotFoundError,
 )
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_spec import FakeGpuSpec
+from dra_driver.backends.fake.spec import FakeGpuSpec
 from dra_driver.inventory.model import GpuInfo, MigPlacement, MigProfile
 from dra_driver.inventory.products import known_products
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.backends.fake import (
+from dra_driver.backends.fake.backend import (
     DEFAULT_CUDA_DRIVER_VERSION,
     DEFAULT_DRIVER_VERSION,
     FakeBackend,
 )
-from dra_driver.backends.fake_spec import FakeGpuSpec, parse_spec
+from dra_driver.backends.fake.spec import FakeGpuSpec, parse_spec
 from dra_driver.inventory.products import known_products
 
 

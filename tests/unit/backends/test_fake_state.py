@@ -14,8 +14,8 @@ import pytest
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_spec import FakeGpuSpec
-from dra_driver.backends.fake_state import (
+from dra_driver.backends.fake.spec import FakeGpuSpec
+from dra_driver.backends.fake.state import (
     FALLBACK_BOOT_ID,
     CorruptStateError,
     read_boot_id,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake_spec import FakeGpuSpec
+from dra_driver.backends.fake.spec import FakeGpuSpec
 from dra_driver.inventory.products import known_products
 
 MakeBackend = Callable[..., FakeBackend]

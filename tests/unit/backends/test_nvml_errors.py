@@ -23,7 +23,7 @@ from dra_driver.backends.errors import (
     UnknownBackendError,
 )
 from dra_driver.backends.nvml import NvmlBackend
-from dra_driver.backends.nvml_errors import NvmlCallError, NvmlReturn, error_type, nvml_errors
+from dra_driver.backends.return_codes import NvmlCallError, NvmlReturn, error_type, nvml_errors
 from dra_driver.inventory.model import MigPlacement
 from tests.unit.backends.nvml_standin import (
     ERROR_CLASSES,

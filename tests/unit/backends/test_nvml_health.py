@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from dra_driver.backends.base import DeviceHealth, HealthEvent
-from dra_driver.backends.nvml_health import APPLICATION_XIDS
+from dra_driver.backends.nvml.health import APPLICATION_XIDS
 from tests.unit.backends.nvml_standin import StandInNvml, build_backend
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from dra_driver.backends.nvml_names import (
+from dra_driver.backends.nvml.names import (
     architecture_name,
     brand_name,
     cuda_version,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.backends.nvml_topology import (
+from dra_driver.backends.nvml.topology import (
     MAX_DOMAIN_LENGTH,
     fabric_domain,
     normalize_bus_id,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.allocator.checker import check_allocations
+from dra_driver.checker.rules import check_allocations
 from dra_driver.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]

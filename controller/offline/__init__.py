@@ -1,1 +1,0 @@
-"""Offline tools that run the allocator on objects from a file: `simulate` and `explain`."""

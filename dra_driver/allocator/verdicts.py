@@ -1,0 +1,135 @@
+"""Selector verdicts, computed once per (expression, device) and replayed in search order.
+
+Kubernetes evaluates selectors lazily: a device already in use never meets a selector, class
+selectors run before request selectors, and the first `false` stops. A runtime error is fatal only
+when the search reaches that device. Caching keeps those semantics by storing an error as a
+verdict (`SelectorFailure`) that the search raises at the moment it would have evaluated it.
+
+Most selectors only read attributes they name; for those, devices that agree on what the selector
+can see share one verdict (projection.py), kept in a `VerdictCache` shared across snapshots: it
+is keyed by content, so it stays right whatever changes. For other selectors, verdicts of
+devices whose slice carries a resourceVersion are shared across snapshots until that slice (new
+version) or the class (new expression text) changes; the rest live as long as the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol
+
+from dra_driver.allocator.projection import Entry, projection_key, projection_of
+from dra_driver.cel import CelRuntimeError, CompiledSelector, DeviceVariable
+
+
+class Device(Protocol):
+    """What a verdict needs of a published device (the snapshot's `Device` has it).
+
+    A protocol rather than the snapshot's class, so the snapshot can own the caches without
+    the two modules importing each other.
+    """
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def driver(self) -> str: ...
+    @property
+    def allow_multiple(self) -> bool: ...
+    @property
+    def entries(self) -> tuple[Entry, ...] | None: ...
+    @property
+    def cache_key(self) -> tuple[str, ...] | None: ...
+
+    def variable(self) -> DeviceVariable: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorFailure:
+    """A selector that raised on a device; raised as an AllocationError when reached."""
+
+    expression: str
+    message: str
+
+
+Verdict = bool | SelectorFailure
+
+
+class VerdictCache:
+    """(expression, slice version, device) → verdict, bounded by evicting everything when full."""
+
+    def __init__(self, max_entries: int = 2_000_000) -> None:
+        self._entries: dict[tuple[str, tuple[object, ...]], Verdict] = {}
+        self._max = max_entries
+
+    def get(self, expression: str, key: tuple[object, ...]) -> Verdict | None:
+        return self._entries.get((expression, key))
+
+    def put(self, expression: str, key: tuple[object, ...], verdict: Verdict) -> None:
+        if len(self._entries) >= self._max:
+            self._entries.clear()
+        self._entries[(expression, key)] = verdict
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class SelectorEvaluator:
+    """Evaluates compiled selectors on devices, through the caches."""
+
+    def __init__(self, shared: VerdictCache, variables_kept: int = 512) -> None:
+        self._shared = shared
+        self._local: dict[tuple[str, int], Verdict] = {}
+        self.evaluations = 0
+        # CEL device values are large; verdicts are what must last, so only recent values stay.
+        self._variables: OrderedDict[int, DeviceVariable] = OrderedDict()
+        self._variables_kept = variables_kept
+
+    def _variable(self, device: Device) -> DeviceVariable:
+        found = self._variables.get(device.id)
+        if found is None:
+            found = device.variable()
+            self._variables[device.id] = found
+            if len(self._variables) > self._variables_kept:
+                self._variables.popitem(last=False)
+        return found
+
+    def verdict(self, selector: CompiledSelector, device: Device) -> Verdict:
+        expression = selector.expression
+        seen = projection_key(
+            projection_of(expression), device.driver, device.allow_multiple, device.entries
+        )
+        if seen is not None:
+            found = self._shared.get(expression, seen)
+            if found is None:
+                found = self._evaluate(selector, device)
+                self._shared.put(expression, seen, found)
+            return found
+        local_key = (expression, device.id)
+        found = self._local.get(local_key)
+        if found is not None:
+            return found
+        if device.cache_key is not None:
+            found = self._shared.get(expression, device.cache_key)
+        if found is None:
+            found = self._evaluate(selector, device)
+            if device.cache_key is not None:
+                self._shared.put(expression, device.cache_key, found)
+        self._local[local_key] = found
+        return found
+
+    def _evaluate(self, selector: CompiledSelector, device: Device) -> Verdict:
+        self.evaluations += 1
+        try:
+            return selector.evaluate(self._variable(device))
+        except CelRuntimeError as err:
+            return SelectorFailure(selector.expression, err.message)
+        except ValueError as err:  # the device itself cannot become a CEL value
+            return SelectorFailure(selector.expression, str(err))
+
+    def chain(self, selectors: tuple[CompiledSelector, ...], device: Device) -> Verdict:
+        """Verdict of selectors ANDed in order, stopping at the first false or failure."""
+        for selector in selectors:
+            verdict = self.verdict(selector, device)
+            if verdict is not True:
+                return verdict
+        return True

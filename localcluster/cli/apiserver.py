@@ -1,0 +1,71 @@
+"""`dra-driver apiserver`: run the local test/demo API server until interrupted.
+
+It gives demos and manual experiments "a cluster" in one command: point `KUBECONFIG` at the
+file it writes and the driver, the controller or any official-client script talk to it. It is
+the in-memory harness from `localcluster`, not a real control plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--port: {text!r} is not a number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"--port: {value} is not between 0 and 65535")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: registering the command must not load the HTTP server.
+    from localcluster.apiserver import ApiServer  # noqa: PLC0415
+
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    with ApiServer(port=args.port) as server:
+        print(f"API server listening on {server.url}", flush=True)
+        if args.kubeconfig_out is not None:
+            path = server.write_kubeconfig(args.kubeconfig_out)
+            print(f"kubeconfig written to {path}", flush=True)
+        print("Press Ctrl-C to stop.", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "apiserver",
+        help="run an in-memory Kubernetes API server for tests and demos (not production)",
+        description=(
+            "Serve an in-memory Kubernetes API (core v1, resource.k8s.io/v1, "
+            "coordination.k8s.io/v1) on 127.0.0.1 over plain HTTP with no authentication, "
+            "until interrupted. For tests and demos only."
+        ),
+    )
+    parser.add_argument(
+        "--port", type=_port, default=0, help="port to listen on (default 0: any free port)"
+    )
+    parser.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write a kubeconfig pointing at the server to PATH",
+    )
+    parser.set_defaults(run=run)

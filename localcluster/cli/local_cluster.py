@@ -1,0 +1,101 @@
+"""`dra-driver local-cluster`: the embedded cluster with fake GPUs, for demos and experiments.
+
+Without `--demo` it runs until interrupted and prints the kubeconfig path, so the `kubernetes`
+client (or any tool that reads a kubeconfig) can create claims and pods against it. With
+`--demo PATH...` it applies the example objects, prints what every pod got and exits: 0 when
+every pod was prepared and released, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from dra_driver.logging_setup import configure_logging
+
+DEFAULT_GPUS = "H100-SXM5-80GB:8"
+"""Every node's fake GPUs unless `--gpus` says otherwise (also `LocalCluster`'s default)."""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from dra_driver.deviceclasses import device_classes  # noqa: PLC0415 - see `run`
+    from localcluster.cluster import LocalCluster  # noqa: PLC0415
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with LocalCluster(nodes=args.nodes, gpus=args.gpus) as cluster:
+        await cluster.wait_registered()
+        cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
+        print(f"API server: {cluster.server.url}", flush=True)
+        print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
+        for node in cluster.nodes:
+            print(f"{node.name}: plugin log {node.log_path}", flush=True)
+        print("Press Ctrl-C to stop.", file=sys.stderr, flush=True)
+        await stop.wait()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    # The report is the output; the stand-ins' own logs would drown it unless asked for.
+    configure_logging("console", "info" if args.verbose else "warning")
+    # Imported here, not at the top: every `dra-driver` command registers this module, and
+    # only this one needs the API server and the plugin processes.
+    from localcluster.demo import run_demo  # noqa: PLC0415
+
+    if args.demo:
+        return asyncio.run(
+            run_demo(
+                args.demo,
+                nodes=args.nodes,
+                gpus=args.gpus,
+                timeout_s=args.timeout,
+                out=sys.stdout,
+            )
+        )
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_serve(args))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "local-cluster",
+        help="run the embedded local cluster with fake GPUs (demos and tests, not production)",
+        description=(
+            "Run the in-memory API server, stand-ins for the scheduler, the claim controller "
+            "and kubelet, and one kubelet plugin process per node on fake GPUs."
+        ),
+    )
+    parser.add_argument("--nodes", type=_positive, default=2, help="number of nodes (default 2)")
+    parser.add_argument(
+        "--gpus",
+        default=DEFAULT_GPUS,
+        metavar="PROFILE:COUNT",
+        help=f"fake GPUs of every node (default {DEFAULT_GPUS})",
+    )
+    parser.add_argument(
+        "--demo",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="apply these YAML files (or directories of them) after the chart's DeviceClasses, "
+        "check that every pod got what it asked for, report, and exit",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the demo pods"
+    )
+    parser.add_argument("--verbose", action="store_true", help="log what the stand-ins do")
+    parser.set_defaults(run=run)

@@ -1,0 +1,265 @@
+"""The whole local cluster in one object: API server, control-plane stand-ins, and per node a
+kubelet plugin process with fake GPUs and a node agent playing kubelet toward it.
+
+The plugin runs as a separate process (`python -m kubeletplugin.cli`), the way it runs on a real
+node: it has its own event loop, its own checkpoint and fake-GPU state files, and it can be
+killed and restarted without the rest of the cluster noticing. Everything else runs in the
+caller's event loop. Paths live under one short directory, because unix socket paths are
+limited to 108 bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import structlog
+from kubernetes import client, dynamic
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from localcluster.apiserver import ApiServer
+from localcluster.cli.local_cluster import DEFAULT_GPUS
+from localcluster.roles import claims_from_templates, scheduler
+from localcluster.roles.node_agent import NodeAgent
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class LocalNode:
+    name: str
+    root: Path
+    agent: NodeAgent
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.root / "plugin"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def fake_state_dir(self) -> Path:
+        return self.root / "fake-gpus"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "plugin.log"
+
+
+@dataclass
+class LocalController:
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        nodes: int = 2,
+        gpus: str = DEFAULT_GPUS,
+        *,
+        driver_name: str = DEFAULT_DRIVER_NAME,
+        port: int = 0,
+        workdir: Path | None = None,
+        poll_s: float = 0.2,
+        plugin_args: tuple[str, ...] = (),
+        controllers: int = 1,
+        controller_args: tuple[str, ...] = (),
+    ) -> None:
+        if nodes < 1:
+            raise ValueError(f"nodes must be at least 1, got {nodes}")
+        self.gpus = gpus
+        self.driver_name = driver_name
+        self.server = ApiServer(port=port)
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="dra-lc-", dir="/tmp"))
+        self._poll_s = poll_s
+        self._plugin_args = plugin_args
+        self._controller_args = controller_args
+        self.controllers: list[LocalController] = [
+            LocalController(f"controller-{i + 1}") for i in range(controllers)
+        ]
+        self._node_names = [f"node-{i + 1}" for i in range(nodes)]
+        self.nodes: list[LocalNode] = []
+        self.api: client.ApiClient | None = None
+        self.dyn: dynamic.DynamicClient | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    async def start(self) -> None:
+        self.server.start()
+        self.server.write_kubeconfig(self.kubeconfig)
+        self.api = client.ApiClient(client.Configuration(host=self.server.url))
+        self.dyn = dynamic.DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        nodes = self.dyn.resources.get(api_version="v1", kind="Node")
+        for name in self._node_names:
+            nodes.create(
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }
+            )
+            root = self.workdir / name
+            agent = NodeAgent(self.api, name, root / "registry", root / "cdi", poll_s=self._poll_s)
+            node = LocalNode(name, root, agent)
+            self.nodes.append(node)
+            self.start_plugin(node)
+        for controller in self.controllers:
+            self.start_controller(controller)
+        self._tasks.append(asyncio.create_task(self._control_plane(), name="control-plane"))
+        for node in self.nodes:
+            self._tasks.append(asyncio.create_task(node.agent.run(self._stop), name=node.name))
+
+    def start_plugin(self, node: LocalNode, extra_env: dict[str, str] | None = None) -> None:
+        """(Re)start a node's plugin process; its state directories survive restarts."""
+        for directory in (node.plugin_dir, node.registry_dir, node.cdi_root, node.state_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "kubeletplugin.cli",
+            f"--node-name={node.name}",
+            f"--driver-name={self.driver_name}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--plugin-dir={node.plugin_dir}",
+            f"--registry-dir={node.registry_dir}",
+            f"--cdi-root={node.cdi_root}",
+            f"--state-dir={node.state_dir}",
+            f"--fake-state-dir={node.fake_state_dir}",
+            f"--fake-gpus={self.gpus}",
+            "--log-format=json",
+            *self._plugin_args,
+        ]
+        env = {**os.environ, **(extra_env or {})}
+        with node.log_path.open("ab") as log_file:
+            node.process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=log_file)
+
+    def start_controller(self, controller: LocalController) -> None:
+        """(Re)start an allocation controller process (`dra-controller`).
+
+        With more than one controller they elect a leader through a Lease, as the chart's
+        replicas do; a single one runs without election.
+        """
+        argv = [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            f"--driver-name={self.driver_name}",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--identity={controller.name}",
+            "--leader-elect" if len(self.controllers) > 1 else "--no-leader-elect",
+            "--log-format=json",
+            *self._controller_args,
+        ]
+        controller.log_path = self.workdir / f"{controller.name}.log"
+        with controller.log_path.open("ab") as log_file:
+            controller.process = subprocess.Popen(argv, stdout=log_file, stderr=log_file)
+
+    async def stop_controller(self, controller: LocalController, *, kill: bool = False) -> None:
+        process = controller.process
+        if process is None or process.poll() is not None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        await asyncio.to_thread(process.wait, 30)
+
+    async def stop_plugin(self, node: LocalNode) -> int | None:
+        process = node.process
+        if process is None or process.poll() is not None:
+            return process.returncode if process else None
+        process.terminate()
+        return await asyncio.to_thread(process.wait, 30)
+
+    async def wait_registered(self, timeout: float = 60.0) -> None:
+        """Until every node's agent has registered its plugin (or a plugin died)."""
+        for node in self.nodes:
+
+            def ready(node: LocalNode = node) -> bool:
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(
+                        f"the kubelet plugin of {node.name} exited with "
+                        f"{node.process.returncode}; log: {node.log_path}"
+                    )
+                return self.driver_name in node.agent.plugins
+
+            await node.agent.wait_until(ready, timeout)
+
+    async def _control_plane(self) -> None:
+        """The two upstream controllers this flow needs, polled: simple and good enough here."""
+        assert self.dyn is not None
+        dyn = self.dyn
+        while not self._stop.is_set():
+            try:
+                await asyncio.to_thread(claims_from_templates.reconcile_once, dyn)
+                await asyncio.to_thread(scheduler.reconcile_once, dyn)
+            except Exception as err:  # a stand-in must keep going, like the real controllers
+                log.warning("control-plane stand-in pass failed", error=str(err))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._poll_s)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for node in self.nodes:
+            await self.stop_plugin(node)
+        for controller in self.controllers:
+            await self.stop_controller(controller)
+        if self.api is not None:
+            self.api.close()  # type: ignore[no-untyped-call]
+        self.server.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def apply(self, documents: list[dict[str, Any]]) -> None:
+        """Create objects (YAML documents) through the API, as `kubectl create` would."""
+        assert self.dyn is not None
+        for doc in documents:
+            resource = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            namespace = doc.get("metadata", {}).get("namespace")
+            if resource.namespaced:
+                resource.create(body=doc, namespace=namespace or "default")
+            else:
+                resource.create(body=doc)

@@ -1,0 +1,527 @@
+"""Stand-in for kubelet's DRA part on one node of the local cluster (tests and demos only).
+
+The kubelet plugin is only ever called by kubelet, so testing it end to end needs something
+that behaves like kubelet toward it: discovers it through the registry directory, speaks the
+real gRPC protocols over the real unix sockets, prepares a pod's claims before the pod would
+start and releases them once the pod is going away. Runs no containers; instead it writes
+what a container runtime would have given the pod (devices, and the environment the CDI specs
+inject) onto the pod, so tests and demos can check the whole path from claim to container.
+
+What kubelet does and this agent mirrors:
+
+* plugin registration through the registry directory (see :mod:`.registry`);
+* a pod's claims are prepared only when all are allocated and reserved for it, one
+  NodePrepareResources call per driver, with only namespace, UID and name of each claim;
+* an error for any claim means the pod does not start and preparation is retried later;
+* unprepare happens when the pod is being deleted (or is gone), and only for what was
+  prepared, which the agent remembers in memory as kubelet does in its claim cache;
+* the pod object stays (a finalizer of ours, standing in for kubelet's hold on a terminating
+  pod) until its resources are released; then the pod is dropped from the claims'
+  ``reservedFor`` as the upstream resourceclaim controller would.
+
+What it does not: containers, the 45 s per-call deadline is configurable rather than fixed,
+the claim cache is not checkpointed (a restarted agent prepares running pods again, which is
+safe because the calls are idempotent), and pods without claims are left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import grpc
+import structlog
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver.cdi import CdiError, CdiSpec, CdiSpecDir, container_environment
+from dra_driver.kubeletapi import KUBELET_CALL_TIMEOUT_S
+from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
+from dra_driver.pod_claims import claim_names
+from localcluster.roles.registry import (
+    DEFAULT_VERSIONS,
+    PluginRegistration,
+    RegistryPoller,
+)
+
+log = structlog.get_logger(__name__)
+
+MERGE: Final = "application/merge-patch+json"
+#: Kept on a pod from its first prepare attempt until its claims are released.
+FINALIZER: Final = "dra.local/node-agent"
+#: JSON: what the pod's containers would get (claims' devices and the CDI environment).
+PREPARED_ANNOTATION: Final = "dra.local/prepared"
+#: The last prepare failure, removed once preparation succeeds.
+PREPARE_ERROR_ANNOTATION: Final = "dra.local/prepare-error"
+#: Pod condition that tells whether the pod's claims are prepared.
+PREPARED_CONDITION: Final = "dra.local/ResourcesPrepared"
+
+_CDI_SUFFIXES: Final = (".yaml", ".yml", ".json")
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class _PodRecord:
+    """What the agent did for one pod; the only source for unprepare, as kubelet's cache is."""
+
+    namespace: str
+    name: str
+    uid: str
+    #: driver -> claim UID -> claim: everything ever sent to NodePrepareResources.
+    claims: dict[str, dict[str, ClaimRef]] = field(default_factory=dict)
+    #: claim name -> outcome, filled once every claim is prepared.
+    outcomes: dict[str, PrepareOutcome] = field(default_factory=dict)
+    prepared: bool = False
+    #: Drivers whose NodeUnprepareResources succeeded for all of this pod's claims.
+    released: set[str] = field(default_factory=set)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def remember(self, by_driver: Mapping[str, Sequence[ClaimRef]]) -> None:
+        for driver, refs in by_driver.items():
+            known = self.claims.setdefault(driver, {})
+            for ref in refs:
+                known[ref.uid] = ref
+
+
+class NodeAgent:
+    """Kubelet's DRA behaviour for the node ``node_name``; see the module docstring."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        node_name: str,
+        registry_dir: Path,
+        cdi_root: Path,
+        *,
+        poll_s: float = 0.2,
+        versions: Sequence[str] = DEFAULT_VERSIONS,
+        call_timeout: float = KUBELET_CALL_TIMEOUT_S,
+    ) -> None:
+        self.api_client = api_client
+        self.node_name = node_name
+        self.cdi_root = cdi_root
+        self.poll_s = poll_s
+        self.call_timeout = call_timeout
+        self.registry = RegistryPoller(registry_dir, versions)
+        #: Pod key -> the last prepare or unprepare error, until that step succeeds.
+        self.errors: dict[str, str] = {}
+        #: Completed passes; each one ends with a notification to :meth:`wait_until`.
+        self.passes = 0
+        self._records: dict[str, _PodRecord] = {}  # by pod UID: names can be reused
+        self._pass_done = asyncio.Condition()
+        self._dyn: Any = None
+
+    # ---- what tests and demos look at -------------------------------------------------------
+
+    @property
+    def plugins(self) -> Mapping[str, PluginRegistration]:
+        """Driver name -> the registered plugin instance that serves it."""
+        return self.registry.plugins
+
+    @property
+    def prepared(self) -> dict[str, dict[str, PrepareOutcome]]:
+        """Pod key (``namespace/name``) -> claim name -> outcome, for fully prepared pods."""
+        return {r.key: dict(r.outcomes) for r in self._records.values() if r.prepared}
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Return once ``predicate()`` holds, checking now and after every completed pass.
+
+        Lets tests wait for an outcome instead of sleeping for a guessed time; passes must be
+        driven by :meth:`run` (or :meth:`reconcile_once`) in another task.
+        """
+        async with self._pass_done:
+            try:
+                await asyncio.wait_for(self._pass_done.wait_for(predicate), timeout)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"condition not met within {timeout} s ({self.passes} passes done)"
+                ) from None
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Pass after pass until ``stop`` is set; a failed pass is logged and retried."""
+        while not stop.is_set():
+            try:
+                await self.reconcile_once()
+            except Exception:
+                log.exception("node agent pass failed", node=self.node_name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.poll_s)
+
+    async def reconcile_once(self) -> int:
+        """One full pass: registry, then every pod of the node; returns how many pods changed."""
+        try:
+            await self.registry.scan()
+            return await self._pods_pass()
+        finally:
+            self.passes += 1
+            async with self._pass_done:
+                self._pass_done.notify_all()
+
+    async def _pods_pass(self) -> int:
+        pods, claims = await asyncio.to_thread(self._read_cluster)
+        by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+        changed = 0
+        present: set[str] = set()
+        for pod in pods:
+            meta = pod["metadata"]
+            present.add(meta["uid"])
+            try:
+                if meta.get("deletionTimestamp"):
+                    changed += await self._release_deleting(pod, by_key)
+                else:
+                    record = self._records.get(meta["uid"])
+                    if record is None or not record.prepared:
+                        changed += await self._prepare(pod, by_key)
+            except ApiException as error:
+                # Conflicts and the like: the next pass reads fresh objects and tries again.
+                _write_failed(f"{meta['namespace']}/{meta['name']}", error)
+        for uid, record in list(self._records.items()):
+            if uid in present:
+                continue
+            try:
+                changed += await self._release(record, None, by_key)
+            except ApiException as error:
+                _write_failed(record.key, error)
+        return changed
+
+    # ---- prepare ----------------------------------------------------------------------------
+
+    async def _prepare(self, pod: Obj, claims: Mapping[tuple[str, str], Obj]) -> int:
+        meta = pod["metadata"]
+        namespace, uid = meta["namespace"], meta["uid"]
+        names = list(dict.fromkeys(claim_names(pod) or []))
+        if not names:
+            return 0  # no claims, or a templated claim not created yet
+        pod_claims = [claims.get((namespace, n)) for n in names]
+        ready = [c for c in pod_claims if c is not None and _allocated_and_reserved(c, uid)]
+        if len(ready) != len(names):
+            return 0  # the scheduler has not finished with this pod
+        by_driver = _group_by_driver(ready)
+        unregistered = sorted(d for d in by_driver if d not in self.plugins)
+        if unregistered:
+            log.info("waiting for drivers to register", pod=_key(pod), drivers=unregistered)
+            return 0
+
+        record = self._records.setdefault(uid, _PodRecord(namespace, meta["name"], uid))
+        record.remember(by_driver)
+        if FINALIZER not in (meta.get("finalizers") or []):
+            await asyncio.to_thread(
+                self._write_finalizers, pod, [*(meta.get("finalizers") or []), FINALIZER]
+            )
+
+        devices: dict[str, list[PreparedDevice]] = {n: [] for n in names}
+        problems: list[str] = []
+        for driver, refs in by_driver.items():
+            plugin = self.plugins[driver]
+            try:
+                async with DraClient(plugin.endpoint, plugin.version, self.call_timeout) as dra:
+                    outcomes = await dra.prepare(refs)
+            except grpc.aio.AioRpcError as error:
+                problems.append(f"{driver}: NodePrepareResources failed: {_rpc_text(error)}")
+                continue
+            for ref in refs:
+                outcome = outcomes.get(ref.uid)
+                if outcome is None:
+                    problems.append(f"{driver}: no result for claim {ref.describe()}")
+                elif outcome.error:
+                    problems.append(f"{driver}: claim {ref.name}: {outcome.error}")
+                else:
+                    devices[ref.name].extend(outcome.devices)
+
+        env: dict[str, str] = {}
+        if not problems:
+            cdi_ids = [i for n in names for d in devices[n] for i in d.cdi_device_ids]
+            try:
+                env = await asyncio.to_thread(self._environment, cdi_ids)
+            except CdiError as error:
+                problems.append(f"CDI: {error}")
+
+        if problems:
+            message = "; ".join(problems)
+            self.errors[record.key] = message
+            log.warning("prepare failed, will retry", pod=record.key, error=message)
+            await asyncio.to_thread(self._write_prepare_error, pod, message)
+            return 1
+
+        outcomes_by_name = {n: PrepareOutcome(devices=tuple(devices[n])) for n in names}
+        await asyncio.to_thread(self._write_prepared, pod, outcomes_by_name, env)
+        record.outcomes = outcomes_by_name
+        record.prepared = True
+        self.errors.pop(record.key, None)
+        log.info("pod's claims prepared", pod=record.key, claims=names)
+        return 1
+
+    def _environment(self, cdi_ids: Sequence[str]) -> dict[str, str]:
+        """The environment a CDI-aware runtime would give a container with these devices."""
+        if not cdi_ids:
+            return {}
+        store = CdiSpecDir(self.cdi_root)
+        specs: list[CdiSpec] = []
+        try:
+            paths = sorted(self.cdi_root.iterdir())
+        except FileNotFoundError:
+            paths = []
+        for path in paths:
+            if path.name.startswith(".") or path.suffix not in _CDI_SUFFIXES:
+                continue
+            try:
+                specs.append(store.read(path))
+            except (CdiError, OSError) as error:
+                # Runtimes skip a spec they cannot load; a device it defined then goes missing.
+                log.warning("unreadable CDI spec skipped", path=str(path), error=str(error))
+        return container_environment(specs, cdi_ids)
+
+    # ---- release ----------------------------------------------------------------------------
+
+    async def _release_deleting(self, pod: Obj, claims: Mapping[tuple[str, str], Obj]) -> int:
+        meta = pod["metadata"]
+        record = self._records.get(meta["uid"])
+        if record is None:
+            if FINALIZER not in (meta.get("finalizers") or []):
+                return 0  # never prepared here: nothing to release
+            # Our finalizer but no memory of the pod: an earlier agent prepared it. Release
+            # what its claims are allocated to; unprepare of an unknown claim is harmless.
+            record = _PodRecord(meta["namespace"], meta["name"], meta["uid"])
+            names = claim_names(pod) or []
+            found = [claims.get((meta["namespace"], n)) for n in names]
+            record.remember(_group_by_driver([c for c in found if c is not None and _alloc(c)]))
+            self._records[record.uid] = record
+        return await self._release(record, pod, claims)
+
+    async def _release(
+        self, record: _PodRecord, pod: Obj | None, claims: Mapping[tuple[str, str], Obj]
+    ) -> int:
+        """Unprepare everything sent to the plugins for the pod, then let the pod go."""
+        problems: list[str] = []
+        for driver, known in record.claims.items():
+            if driver in record.released:
+                continue
+            plugin = self.plugins.get(driver)
+            if plugin is None:
+                problems.append(f"{driver}: waiting for the driver to register")
+                continue
+            refs = list(known.values())
+            try:
+                async with DraClient(plugin.endpoint, plugin.version, self.call_timeout) as dra:
+                    errors = await dra.unprepare(refs)
+            except grpc.aio.AioRpcError as error:
+                problems.append(f"{driver}: NodeUnprepareResources failed: {_rpc_text(error)}")
+                continue
+            failed = [
+                f"{driver}: claim {r.name}: {errors.get(r.uid, 'no result')}"
+                for r in refs
+                if errors.get(r.uid, "no result")
+            ]
+            if failed:
+                problems.extend(failed)
+            else:
+                record.released.add(driver)
+        if problems:
+            message = "; ".join(problems)
+            self.errors[record.key] = message
+            log.warning("unprepare not done, will retry", pod=record.key, error=message)
+            return 0
+
+        refs = [ref for known in record.claims.values() for ref in known.values()]
+        await asyncio.to_thread(self._drop_reservations, record.uid, refs, claims)
+        if pod is not None:
+            finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != FINALIZER]
+            await asyncio.to_thread(self._write_finalizers, pod, finalizers)
+        del self._records[record.uid]
+        self.errors.pop(record.key, None)
+        log.info("pod's claims released", pod=record.key)
+        return 1
+
+    # ---- API access (blocking; always called through asyncio.to_thread) ---------------------
+
+    def _resources(self) -> tuple[Any, Any]:
+        if self._dyn is None:
+            # The kubernetes package ships without type hints.
+            self._dyn = dynamic.DynamicClient(self.api_client)  # type: ignore[no-untyped-call]
+        pods = self._dyn.resources.get(api_version="v1", kind="Pod")
+        claims = self._dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
+        return pods, claims
+
+    def _read_cluster(self) -> tuple[list[Obj], list[Obj]]:
+        pods, claims = self._resources()
+        on_node = pods.get(field_selector=f"spec.nodeName={self.node_name}").to_dict()
+        all_claims = claims.get().to_dict()
+        return list(on_node.get("items") or []), list(all_claims.get("items") or [])
+
+    def _write_finalizers(self, pod: Obj, finalizers: list[str]) -> None:
+        """Replace the list as read; the resourceVersion guards other writers' finalizers."""
+        pods, _ = self._resources()
+        meta = pod["metadata"]
+        pods.patch(
+            body={
+                "metadata": {
+                    "finalizers": finalizers or None,
+                    "resourceVersion": meta["resourceVersion"],
+                }
+            },
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type=MERGE,
+        )
+
+    def _write_prepared(
+        self, pod: Obj, outcomes: Mapping[str, PrepareOutcome], env: Mapping[str, str]
+    ) -> None:
+        pods, _ = self._resources()
+        meta = pod["metadata"]
+        document = {
+            "claims": {
+                name: {"devices": [_device_json(d) for d in outcome.devices]}
+                for name, outcome in outcomes.items()
+            },
+            "env": dict(env),
+        }
+        pods.patch(
+            body={
+                "metadata": {
+                    "annotations": {
+                        PREPARED_ANNOTATION: json.dumps(document, sort_keys=True),
+                        PREPARE_ERROR_ANNOTATION: None,
+                    }
+                }
+            },
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type=MERGE,
+        )
+        self._write_status(
+            pod, "True", "Prepared", f"{len(outcomes)} claim(s) prepared", phase="Running"
+        )
+
+    def _write_prepare_error(self, pod: Obj, message: str) -> None:
+        pods, _ = self._resources()
+        meta = pod["metadata"]
+        pods.patch(
+            body={"metadata": {"annotations": {PREPARE_ERROR_ANNOTATION: message}}},
+            name=meta["name"],
+            namespace=meta["namespace"],
+            content_type=MERGE,
+        )
+        self._write_status(pod, "False", "PrepareFailed", message)
+
+    def _write_status(
+        self, pod: Obj, status: str, reason: str, message: str, phase: str | None = None
+    ) -> None:
+        pods, _ = self._resources()
+        meta = pod["metadata"]
+        condition = {
+            "type": PREPARED_CONDITION,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        old = (pod.get("status") or {}).get("conditions") or []
+        same = next((c for c in old if c.get("type") == PREPARED_CONDITION), None)
+        if same is not None and same.get("status") == status:
+            condition["lastTransitionTime"] = same.get("lastTransitionTime")
+        conditions = [c for c in old if c.get("type") != PREPARED_CONDITION] + [condition]
+        body: Obj = {"status": {"conditions": conditions}}
+        if phase is not None:
+            body["status"]["phase"] = phase
+        pods.status.patch(
+            body=body, name=meta["name"], namespace=meta["namespace"], content_type=MERGE
+        )
+
+    def _drop_reservations(
+        self, pod_uid: str, refs: Sequence[ClaimRef], claims: Mapping[tuple[str, str], Obj]
+    ) -> None:
+        _, claim_api = self._resources()
+        for ref in refs:
+            claim = claims.get((ref.namespace, ref.name))
+            if claim is None or claim["metadata"].get("uid") != ref.uid:
+                continue  # gone or replaced: no reservation of ours left on it
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            kept = [r for r in reserved if r.get("uid") != pod_uid]
+            if len(kept) == len(reserved):
+                continue
+            claim_api.status.patch(
+                body={
+                    "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                    "status": {"reservedFor": kept or None},
+                },
+                name=ref.name,
+                namespace=ref.namespace,
+                content_type=MERGE,
+            )
+
+
+# ---- pure helpers ---------------------------------------------------------------------------
+
+
+def _write_failed(pod: str, error: ApiException) -> None:
+    """A 409 is routine (two pods of one claim released at once): retried, not worth a warning."""
+    if error.status == 409:
+        log.info("write conflict; retrying on the next pass", pod=pod)
+    else:
+        log.warning("api write failed", pod=pod, status=error.status, reason=error.reason)
+
+
+def _key(pod: Obj) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _alloc(claim: Obj) -> Obj | None:
+    allocation: Obj | None = (claim.get("status") or {}).get("allocation")
+    return allocation
+
+
+def _allocated_and_reserved(claim: Obj, pod_uid: str) -> bool:
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return _alloc(claim) is not None and any(r.get("uid") == pod_uid for r in reserved)
+
+
+def _group_by_driver(claims: Sequence[Obj]) -> dict[str, list[ClaimRef]]:
+    """Driver -> claims with a device from it; a claim spanning drivers goes to each."""
+    grouped: dict[str, list[ClaimRef]] = {}
+    for claim in claims:
+        meta = claim["metadata"]
+        ref = ClaimRef(meta["namespace"], meta["uid"], meta["name"])
+        results = ((_alloc(claim) or {}).get("devices") or {}).get("results") or []
+        for driver in dict.fromkeys(str(r["driver"]) for r in results):
+            grouped.setdefault(driver, []).append(ref)
+    return grouped
+
+
+def _device_json(device: PreparedDevice) -> Obj:
+    entry: Obj = {
+        "requests": list(device.request_names),
+        "pool": device.pool_name,
+        "device": device.device_name,
+        "cdiDeviceIds": list(device.cdi_device_ids),
+    }
+    if device.share_id:
+        entry["shareId"] = device.share_id
+    return entry
+
+
+def _rpc_text(error: grpc.aio.AioRpcError) -> str:
+    code = error.code()
+    return f"{getattr(code, 'name', code)}: {error.details()}"
+
+
+__all__ = [
+    "FINALIZER",
+    "PREPARED_ANNOTATION",
+    "PREPARED_CONDITION",
+    "PREPARE_ERROR_ANNOTATION",
+    "NodeAgent",
+]

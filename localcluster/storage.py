@@ -1,0 +1,399 @@
+"""The object store: every resource's objects, one resourceVersion counter, the event history.
+
+All state sits behind one lock, so every write gets the next value of a single global
+resourceVersion (as with etcd's revision) and watchers see events in exactly that order.
+Stored dicts are never modified in place: each write stores a fresh dict, which lets events
+share them and lets readers serialise them without holding the lock.
+
+Kubernetes semantics kept here, because clients depend on them:
+* optimistic concurrency (409 Conflict on a stale `metadata.resourceVersion`);
+* status subresources (a main-resource write never changes `status`, a status write changes
+  nothing else);
+* finalizers (DELETE only marks `deletionTimestamp` while any remain; removing the last one
+  deletes the object);
+* owner-reference garbage collection (deleting an object deletes what it owns, by uid; deleting
+  a namespace deletes what is in it).
+Simplifications: namespaces need not exist before objects are created in them; `status` given
+on create is kept (handy for fake nodes); list `limit`/`continue` are not implemented.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import secrets
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from localcluster import errors
+from localcluster.patches import apply_patch
+from localcluster.resources import ResourceType
+
+Obj = dict[str, Any]
+Predicate = Callable[[Mapping[str, Any]], bool]
+_Key = tuple[str, str]
+_NAME_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One committed write: `old` is the previous state (None for ADDED)."""
+
+    rv: int
+    resource: str
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+class Store:
+    """Thread-safe storage for the configured resource types."""
+
+    def __init__(self, resources: Iterable[ResourceType], history: int = 1000) -> None:
+        self.types: dict[str, ResourceType] = {rt.key: rt for rt in resources}
+        self._objects: dict[str, dict[_Key, Obj]] = {key: {} for key in self.types}
+        self._rv = 0
+        self._history: deque[Event] = deque()
+        self._history_size = max(1, history)
+        self._dropped_rv = 0
+        self._cond = threading.Condition(threading.RLock())
+        self._closed = False
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._cond:
+            return self._rv
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        with self._cond:
+            return copy.deepcopy(self._existing(rt, namespace, name))
+
+    def list_objects(
+        self, rt: ResourceType, namespace: str | None, match: Predicate
+    ) -> tuple[list[Obj], int]:
+        """Matching objects (all namespaces when `namespace` is None) and the current RV."""
+        with self._cond:
+            items = [
+                copy.deepcopy(obj)
+                for (ns, _), obj in sorted(self._objects[rt.key].items())
+                if (namespace is None or ns == namespace) and match(obj)
+            ]
+            return items, self._rv
+
+    def list_json(
+        self, rt: ResourceType, namespace: str | None, match: Predicate
+    ) -> tuple[str, int]:
+        """`list_objects` encoded as a JSON array: encoding under the lock is the snapshot, so
+        lists of thousands of large objects (slices) need no deep copy."""
+        with self._cond:
+            items = [
+                obj
+                for (ns, _), obj in sorted(self._objects[rt.key].items())
+                if (namespace is None or ns == namespace) and match(obj)
+            ]
+            return json.dumps(items, separators=(",", ":")), self._rv
+
+    def events_after(self, after: int, timeout: float) -> tuple[list[Event], int]:
+        """Events newer than `after`, waiting up to `timeout` s for one; and the RV now seen.
+
+        Raises 410 Gone when events after `after` have already left the bounded history.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._rv > after, timeout)
+            if after < self._dropped_rv:
+                raise errors.gone(f"too old resource version: {after} ({self._dropped_rv})")
+            events = [e for e in self._history if e.rv > after]
+            return events, max(after, self._rv)
+
+    def check_watchable(self, after: int) -> None:
+        with self._cond:
+            if after < self._dropped_rv:
+                raise errors.gone(f"too old resource version: {after} ({self._dropped_rv})")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Wake every watcher so it can end its stream."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str, body: Mapping[str, Any]) -> Obj:
+        obj = self._with_type(rt, body)
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        namespace = self._namespace_for(rt, namespace, meta)
+        with self._cond:
+            name = meta.get("name") or ""
+            if not name:
+                prefix = meta.get("generateName") or ""
+                if not prefix:
+                    raise errors.invalid(
+                        rt.plural,
+                        rt.group,
+                        "",
+                        [("metadata.name", "Required value: name or generateName is required")],
+                    )
+                name = self._generated_name(rt, namespace, prefix)
+            if (namespace, name) in self._objects[rt.key]:
+                raise errors.already_exists(rt.plural, rt.group, name)
+            meta["name"] = name
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _now()
+            meta["generation"] = 1
+            for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
+                meta.pop(key, None)
+            self._validate(rt, obj)
+            return copy.deepcopy(self._commit(rt, (namespace, name), obj, None, "ADDED"))
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        status: bool = False,
+    ) -> Obj:
+        """PUT: replace the object (or only its status when `status`), with RV preconditions."""
+        with self._cond:
+            old = self._existing(rt, namespace, name)
+            new = self._merged_for_update(rt, namespace, name, old, body, status)
+            return copy.deepcopy(self._commit_update(rt, (namespace, name), old, new))
+
+    def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: Any,
+        *,
+        status: bool = False,
+    ) -> Obj:
+        """PATCH: apply the patch to the current object, then continue as an update."""
+        with self._cond:
+            old = self._existing(rt, namespace, name)
+            patched = apply_patch(content_type, old, patch)
+            if not isinstance(patched, dict):
+                raise errors.bad_request("the patched object is not a JSON object")
+            new = self._merged_for_update(rt, namespace, name, old, patched, status)
+            return copy.deepcopy(self._commit_update(rt, (namespace, name), old, new))
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        preconditions: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        """DELETE: mark for deletion while finalizers remain, else remove (and collect owned)."""
+        with self._cond:
+            obj = self._existing(rt, namespace, name)
+            pre = preconditions or {}
+            if pre.get("uid") and pre["uid"] != _meta(obj).get("uid"):
+                raise errors.conflict(rt.plural, rt.group, name, "Precondition failed: UID")
+            rv = pre.get("resourceVersion")
+            if rv and rv != _meta(obj).get("resourceVersion"):
+                raise errors.conflict(
+                    rt.plural, rt.group, name, "Precondition failed: ResourceVersion"
+                )
+            return copy.deepcopy(self._delete(rt, (namespace, name), obj))
+
+    def delete_collection(
+        self, rt: ResourceType, namespace: str | None, match: Predicate
+    ) -> list[Obj]:
+        with self._cond:
+            targets = [
+                (key, obj)
+                for key, obj in sorted(self._objects[rt.key].items())
+                if (namespace is None or key[0] == namespace) and match(obj)
+            ]
+            return [copy.deepcopy(self._delete(rt, key, obj)) for key, obj in targets]
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _existing(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self._objects[rt.key].get((namespace if rt.namespaced else "", name))
+        if obj is None:
+            raise errors.not_found(rt.plural, rt.group, name)
+        return obj
+
+    @staticmethod
+    def _with_type(rt: ResourceType, body: Mapping[str, Any]) -> Obj:
+        obj = copy.deepcopy(dict(body))
+        obj["kind"] = rt.kind
+        obj["apiVersion"] = rt.api_version
+        return obj
+
+    @staticmethod
+    def _namespace_for(rt: ResourceType, namespace: str, meta: dict[str, Any]) -> str:
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return ""
+        given = meta.get("namespace")
+        if given and namespace and given != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
+            )
+        namespace = namespace or given or ""
+        if not namespace:
+            raise errors.bad_request("a namespaced object needs a namespace")
+        meta["namespace"] = namespace
+        return namespace
+
+    def _generated_name(self, rt: ResourceType, namespace: str, prefix: str) -> str:
+        while True:
+            name = prefix + "".join(secrets.choice(_NAME_SUFFIX) for _ in range(5))
+            if (namespace, name) not in self._objects[rt.key]:
+                return name
+
+    @staticmethod
+    def _validate(rt: ResourceType, obj: Obj) -> None:
+        if rt.validator is None:
+            return
+        causes = list(rt.validator(obj))
+        if causes:
+            raise errors.invalid(rt.plural, rt.group, str(_meta(obj).get("name", "")), causes)
+
+    def _merged_for_update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        old: Obj,
+        body: Mapping[str, Any],
+        status: bool,
+    ) -> Obj:
+        if status and not rt.has_status:
+            raise errors.not_found(rt.plural, rt.group, name)
+        meta = body.get("metadata") or {}
+        if not isinstance(meta, Mapping):
+            raise errors.bad_request("metadata must be an object")
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({name})"
+            )
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request("the namespace of the object does not match the URL")
+        given_rv = meta.get("resourceVersion")
+        if given_rv and given_rv != _meta(old).get("resourceVersion"):
+            raise errors.conflict(
+                rt.plural,
+                rt.group,
+                name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
+        if status:
+            new = copy.deepcopy(old)
+            if "status" in body:
+                new["status"] = copy.deepcopy(body["status"])
+            else:
+                new.pop("status", None)
+            return new
+        new = self._with_type(rt, body)
+        new_meta = new.setdefault("metadata", {})
+        for key in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+            if key in old["metadata"]:
+                new_meta[key] = old["metadata"][key]
+        for key in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            new_meta.pop(key, None)
+            if key in old["metadata"]:
+                new_meta[key] = old["metadata"][key]
+        if rt.has_status:
+            new.pop("status", None)
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+        if _spec_part(new) != _spec_part(old):
+            new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        self._validate(rt, new)
+        return new
+
+    def _commit_update(self, rt: ResourceType, key: _Key, old: Obj, new: Obj) -> Obj:
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(rt, key, new)
+        new_meta_cmp = {k: v for k, v in meta.items() if k != "resourceVersion"}
+        old_meta_cmp = {k: v for k, v in old["metadata"].items() if k != "resourceVersion"}
+        if new_meta_cmp == old_meta_cmp and {**new, "metadata": {}} == {**old, "metadata": {}}:
+            return old  # a no-op write: no new resourceVersion, no event (as upstream)
+        return self._commit(rt, key, new, old, "MODIFIED")
+
+    def _commit(self, rt: ResourceType, key: _Key, obj: Obj, old: Obj | None, kind: str) -> Obj:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if kind == "DELETED":
+            self._objects[rt.key].pop(key, None)
+        else:
+            self._objects[rt.key][key] = obj
+        if len(self._history) >= self._history_size:
+            self._dropped_rv = self._history.popleft().rv
+        self._history.append(Event(self._rv, rt.key, kind, obj, old))
+        self._cond.notify_all()
+        return obj
+
+    def _delete(self, rt: ResourceType, key: _Key, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return obj
+            marked = copy.deepcopy(obj)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            return self._commit(rt, key, marked, obj, "MODIFIED")
+        return self._remove(rt, key, obj)
+
+    def _remove(self, rt: ResourceType, key: _Key, obj: Obj) -> Obj:
+        old = self._objects[rt.key].get(key)
+        gone = self._commit(rt, key, copy.deepcopy(obj), old, "DELETED")
+        self._collect_dependents(rt, gone)
+        return gone
+
+    def _collect_dependents(self, rt: ResourceType, owner: Obj) -> None:
+        """Garbage collection: delete what the removed object owned (and a namespace's content)."""
+        uid = _meta(owner).get("uid")
+        owner_ns = _meta(owner).get("namespace", "")
+        is_namespace = rt.group == "" and rt.plural == "namespaces"
+        for other_key, objects in self._objects.items():
+            other = self.types[other_key]
+            for key, obj in sorted(objects.items()):
+                refs = _meta(obj).get("ownerReferences") or []
+                owned = any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs)
+                # Namespaced owners own only objects in their own namespace (as upstream).
+                if owned and other.namespaced and rt.namespaced and key[0] != owner_ns:
+                    owned = False
+                in_namespace = is_namespace and other.namespaced and key[0] == key_name(owner)
+                if (owned or in_namespace) and key in self._objects[other_key]:
+                    self._delete(other, key, self._objects[other_key][key])
+
+
+def key_name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name", ""))

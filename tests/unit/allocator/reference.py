@@ -1,0 +1,180 @@
+"""A brute-force reference for first-fit allocation, for tests on small inputs.
+
+The search in docs/allocation.md is a depth-first walk whose first complete solution wins. Because
+every rule it enforces on a partial solution also holds for the complete one (and the other way
+round), that first solution is simply the first complete candidate, in the walk's lexicographic
+order, that the independent checker accepts. This module enumerates candidates in exactly that
+order and asks the checker, with no pruning and no cleverness: it is slow on purpose, so that it
+is easy to believe.
+
+The one rule the final state cannot show is the pod-local one: while one pod's claims are
+allocated together, a device picked by an earlier claim (even with admin access) is not available
+to a later claim's non-admin request unless the device allows multiple allocations. Once written,
+an admin result takes nothing, so the checker rightly accepts such a state; the reference applies
+the rule itself.
+
+CEL: the reference evaluates selectors eagerly (all devices of the node, for ``All``), so it is
+only exact for selectors that never raise; the checker reports a raising selector as a violation.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from dra_driver.cel import CelEnvironment
+from dra_driver.checker.inputs import (
+    Alternative,
+    ClaimSpec,
+    Device,
+    capacity_key_of,
+    claim_key,
+    parse_claim,
+    share_amounts,
+)
+from dra_driver.checker.rules import ClusterChecker, accepted_node_selectors
+
+Choice = tuple[Alternative, tuple[Device, ...]]
+
+
+class TooManyCandidatesError(RuntimeError):
+    """The input is too large for the brute force; the caller should use a smaller case."""
+
+
+def format_quantity(value: Fraction) -> str:
+    """A quantity string for an exact amount (whole numbers as digits, else milli-units)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    nano = value * 10**9
+    return f"{math.ceil(nano)}n"
+
+
+def _choices(checker: ClusterChecker, spec: ClaimSpec, node: str) -> list[list[Choice]]:
+    """Per request, its candidate choices in search order: subrequest first, then slot tuples."""
+    devices = checker.node_devices(node)
+    per_request: list[list[Choice]] = []
+    for request in spec.requests:
+        options: list[Choice] = []
+        for alternative in request.alternatives:
+            if alternative.all_mode:
+                options.append((alternative, tuple(checker.all_devices(alternative, node))))
+            else:
+                options.extend(
+                    (alternative, combo)
+                    for combo in itertools.combinations(devices, alternative.count)
+                )
+        per_request.append(options)
+    return per_request
+
+
+def _result(alternative: Alternative, device: Device) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "request": alternative.result_name,
+        "driver": device.key[0],
+        "pool": device.key[1],
+        "device": device.key[2],
+    }
+    if alternative.admin:
+        result["adminAccess"] = True
+    if alternative.tolerations:
+        result["tolerations"] = [dict(t) for t in alternative.tolerations]
+    if device.multiple and not alternative.admin:
+        amounts = share_amounts(device, alternative.capacity)
+        result["shareID"] = str(uuid.uuid4())
+        if isinstance(amounts, dict):
+            result["consumedCapacity"] = {
+                capacity_key_of(device, name): format_quantity(amount)
+                for name, amount in amounts.items()
+            }
+    return result
+
+
+def _allocation(
+    checker: ClusterChecker, spec: ClaimSpec, picks: Sequence[Choice]
+) -> dict[str, Any]:
+    results = [_result(alternative, d) for alternative, devices in picks for d in devices]
+    configs: list[dict[str, Any]] = []
+    for alternative, _ in picks:
+        device_class = checker.classes.get(alternative.class_name)
+        for config in device_class.configs if device_class else ():
+            entry = {k: v for k, v in config.items() if k not in ("requests", "source")}
+            configs.append({"source": "FromClass", "requests": [alternative.result_name], **entry})
+    for config in spec.configs:
+        configs.append({**config, "source": "FromClaim"})
+    devices_part: dict[str, Any] = {"results": results}
+    if configs:
+        devices_part["config"] = configs
+    allocation: dict[str, Any] = {"devices": devices_part}
+    accepted = accepted_node_selectors([d for _, devices in picks for d in devices])
+    if accepted and accepted[0] is not None:
+        allocation["nodeSelector"] = copy.deepcopy(dict(accepted[0]))
+    return allocation
+
+
+def _pod_local_conflict(
+    claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]],
+) -> bool:
+    """A later claim's non-admin pick of a device an earlier claim of the pod picked."""
+    picked_before: set[tuple[str, str, str]] = set()
+    for _, picks in claims:
+        mine: set[tuple[str, str, str]] = set()
+        for alternative, devices in picks:
+            for device in devices:
+                if not alternative.admin and not device.multiple and device.key in picked_before:
+                    return True
+                mine.add(device.key)
+        picked_before |= mine
+    return False
+
+
+def first_fit_reference(
+    slices: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    claims: Sequence[Mapping[str, Any]],
+    node: str,
+    *,
+    in_use: Iterable[Mapping[str, Any]] = (),
+    nodes: Iterable[Mapping[str, Any]] = (),
+    cel: CelEnvironment | None = None,
+    max_candidates: int = 200_000,
+) -> list[dict[str, Any]] | None:
+    """The first candidate in search order that the checker accepts, one allocation per claim.
+
+    ``claims`` are one pod's claims, allocated together on ``node``; ``in_use`` are claims
+    already allocated. Returns None when no candidate is accepted; raises
+    TooManyCandidatesError when more than ``max_candidates`` candidates would be enumerated.
+    """
+    checker = ClusterChecker(slices, classes, nodes, cel=cel)
+    _, base = checker.check(in_use)
+    specs = [parse_claim(c) for c in claims]
+    per_claim = [_choices(checker, spec, node) for spec in specs]
+    slots = [options for per_request in per_claim for options in per_request]
+    total = math.prod(len(options) for options in slots)
+    if total > max_candidates:
+        raise TooManyCandidatesError(f"{total} candidates, more than {max_candidates}")
+    keys = {claim_key(c) for c in claims}
+    for combination in itertools.product(*slots):
+        grouped: list[tuple[ClaimSpec, Sequence[Choice]]] = []
+        position = 0
+        for spec in specs:
+            grouped.append((spec, combination[position : position + len(spec.requests)]))
+            position += len(spec.requests)
+        if _pod_local_conflict(grouped):
+            continue
+        allocations = [_allocation(checker, spec, picks) for spec, picks in grouped]
+        candidate = [
+            {**dict(raw), "status": {**dict(raw.get("status") or {}), "allocation": allocation}}
+            for raw, allocation in zip(claims, allocations, strict=True)
+        ]
+        violations, _ = checker.check(candidate, base.copy(), node_hint=node)
+        if not any(v.claim in keys or v.claim is None for v in violations):
+            return allocations
+    return None
