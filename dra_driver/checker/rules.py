@@ -4,7 +4,7 @@ The allocator is a search with many shortcuts (caches, incremental counters, sco
 checker re-derives every rule from the claims' final ``status.allocation`` and the published
 slices, so a bug in the search shows up as a violation rather than as a silently wrong
 allocation. It deliberately shares no code with the allocator: it has its own parsing in
-``checker_model.py`` and only uses the CEL environment and quantity parsing, which are not part of
+``inputs.py`` and only uses the CEL environment and quantity parsing, which are not part of
 the search.
 
 Claims are taken in the order given, as if allocated in that order: rules that involve several

@@ -123,7 +123,7 @@ class FakeBackend:
         driver_version: str | None = None,
         cuda_driver_version: str | None = None,
     ) -> FakeBackend:
-        """Build from a `PROFILE:COUNT[,...]` string or a YAML file (see `fake_spec`).
+        """Build from a `PROFILE:COUNT[,...]` string or a YAML file (see `fake.spec`).
 
         Versions given here win over the YAML file's, which win over the defaults.
         """
@@ -362,7 +362,7 @@ class FakeBackend:
         compute_instance: bool = False,
     ) -> None:
         """Make the next `count` GPU-instance creates (or compute-instance creates) fail with
-        `error` (a name from `fake_errors.FAULT_ERRORS`); count 0 cancels a pending fault."""
+        `error` (a name from `fake.faults.FAULT_ERRORS`); count 0 cancels a pending fault."""
         check_fault_name(error)
         if count < 0:
             raise ValueError(f"count must not be negative, got {count}")

@@ -53,7 +53,7 @@ class FakeGpuSpec:
     """`count` identical GPUs of one product.
 
     `mig_enabled=None` means "as the product allows" (on for MIG-capable products);
-    `nvlink_domain=None` means "derived from the product's form factor" (see fake_topology).
+    `nvlink_domain=None` means "derived from the product's form factor" (see fake.topology).
     """
 
     product: GpuProduct

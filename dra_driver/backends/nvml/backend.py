@@ -3,8 +3,8 @@
 GPUs are addressed by minor number throughout the driver, while NVML addresses them by handle
 (obtained by enumeration index, which can change between boots). This class owns that mapping,
 names every failure after the GPU and the operation, and delegates the details to small modules:
-nvml_adapter (pynvml calls), nvml_mig (profile walk and live MIG state), nvml_topology (PCI,
-NUMA, NVLink), nvml_health (XID events) and timeslice (nvidia-smi).
+adapter (pynvml calls), mig (profile walk and live MIG state), topology (PCI,
+NUMA, NVLink), health (XID events) and `backends/timeslice.py` (nvidia-smi).
 """
 
 from __future__ import annotations

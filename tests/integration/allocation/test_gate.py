@@ -83,7 +83,7 @@ async def test_pod_that_cannot_fit_keeps_its_gate_and_says_why(
         await eventually(
             lambda: any(
                 c["type"] == condition_type(DRIVER) and c["status"] == "False"
-                for c in cluster.get_pod("greedy")["status"].get("conditions") or []
+                for c in cluster.get_pod("greedy").get("status", {}).get("conditions") or []
             ),
             what="the pod condition",
         )
