@@ -1,13 +1,12 @@
 """`dra-controller` command line.
 
-Every flag also reads an environment variable (named in its help), so the Helm chart can set the
-pod's name and namespace from the downward API for the Lease identity.
+The flags themselves are data, in `controller.flags`; this module turns them into settings and
+runs the daemon.
 """
 
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from collections.abc import Sequence
 
@@ -23,132 +22,23 @@ from controller.config import (
     default_lease_name,
 )
 from controller.daemon import run_controller
-from dra_driver import DEFAULT_DRIVER_NAME, __version__
+from controller.flags import FLAGS
+from dra_driver import __version__
 from dra_driver.allocator import AllocationMode
-from dra_driver.cli.env_flags import env, env_flag, port, seconds
+from dra_driver.cli import flags
 from dra_driver.logging_setup import configure_logging
 
 log = structlog.get_logger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    return flags.build_parser(
         prog="dra-controller",
         description="GPU DRA allocation controller: allocates the claims of pods that carry its "
         "scheduling gate, with placement scoring, gangs and deallocation.",
+        version=__version__,
+        flags=FLAGS,
     )
-    add = parser.add_argument
-    add("--version", action="version", version=f"%(prog)s {__version__}")
-    add(
-        "--driver-name",
-        default=env("DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME),
-        help="driver name whose devices this controller allocates (env DRA_DRIVER_NAME)",
-    )
-    add(
-        "--kubeconfig",
-        default=env("KUBECONFIG"),
-        help="kubeconfig file; in-cluster config when absent (env KUBECONFIG)",
-    )
-    add(
-        "--gate-name",
-        default=env("DRA_GATE_NAME"),
-        help="scheduling gate that hands a pod to this controller; default "
-        "<driver>/allocation (env DRA_GATE_NAME)",
-    )
-    add(
-        "--finalizer",
-        default=env("DRA_FINALIZER"),
-        help="finalizer put on the claims this controller allocates; default "
-        "<driver>/allocation (env DRA_FINALIZER)",
-    )
-    add(
-        "--gang-label",
-        default=env("DRA_GANG_LABEL"),
-        help="pod label naming the pod's gang; default <driver>/gang (env DRA_GANG_LABEL)",
-    )
-    add(
-        "--gang-size-label",
-        default=env("DRA_GANG_SIZE_LABEL"),
-        help="pod label giving the gang's size; default <driver>/gang-size "
-        "(env DRA_GANG_SIZE_LABEL)",
-    )
-    add(
-        "--mode",
-        choices=[m.value for m in AllocationMode],
-        default=env("DRA_ALLOCATION_MODE", AllocationMode.SCORED.value),
-        help="scored (topology and fragmentation aware) or first-fit (the kube-scheduler's "
-        "choice) (env DRA_ALLOCATION_MODE)",
-    )
-    add(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=env_flag("DRA_LEADER_ELECT", True),
-        help="run only while holding the Lease, so replicas can stand by (env DRA_LEADER_ELECT)",
-    )
-    add(
-        "--lease-name",
-        default=env("DRA_LEASE_NAME"),
-        help="name of the coordination.k8s.io Lease; default <driver with dashes>-controller "
-        "(env DRA_LEASE_NAME)",
-    )
-    add(
-        "--lease-namespace",
-        default=env("POD_NAMESPACE", "default"),
-        help="namespace of the Lease (env POD_NAMESPACE)",
-    )
-    add(
-        "--identity",
-        default=env("POD_NAME") or socket.gethostname(),
-        help="this replica's name in the Lease (env POD_NAME; default the host name)",
-    )
-    add(
-        "--lease-duration",
-        type=seconds,
-        default=env("DRA_LEASE_DURATION", "15s"),
-        help="seconds a standby waits after the last renewal before taking over "
-        "(env DRA_LEASE_DURATION)",
-    )
-    add(
-        "--renew-deadline",
-        type=seconds,
-        default=env("DRA_RENEW_DEADLINE", "10s"),
-        help="seconds the leader keeps trying to renew before it stops leading "
-        "(env DRA_RENEW_DEADLINE)",
-    )
-    add(
-        "--retry-period",
-        type=seconds,
-        default=env("DRA_RETRY_PERIOD", "2s"),
-        help="seconds between attempts to acquire or renew the Lease (env DRA_RETRY_PERIOD)",
-    )
-    add(
-        "--metrics-port",
-        type=port,
-        default=env("DRA_METRICS_PORT"),
-        help="serve Prometheus metrics on this port (env DRA_METRICS_PORT)",
-    )
-    add(
-        "--healthcheck-port",
-        type=port,
-        default=env("DRA_HEALTHCHECK_PORT"),
-        help="serve HTTP /healthz (liveness) and /readyz on this port (env DRA_HEALTHCHECK_PORT)",
-    )
-    add(
-        "--resync-period",
-        type=seconds,
-        default=env("DRA_RESYNC_PERIOD", "30s"),
-        help="retry pods that did not fit at least this often (env DRA_RESYNC_PERIOD)",
-    )
-    add(
-        "--settle-time",
-        type=seconds,
-        default=env("DRA_SETTLE_TIME", "0.2s"),
-        help="seconds written allocations are watched for a colliding allocation by another "
-        "allocator before the gate is lifted (env DRA_SETTLE_TIME)",
-    )
-    add("--log-format", default=env("DRA_LOG_FORMAT", "auto"), help="json, console or auto")
-    add("--log-level", default=env("DRA_LOG_LEVEL", "info"), help="debug, info, warning, error")
-    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> ControllerConfig:

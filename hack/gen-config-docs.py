@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerate docs/configuration.md from the code: both daemons' `build_parser()` (flag,
-environment variable, default, help) and the chart's values.yaml (key, default, the `# --`
+"""Regenerate docs/configuration.md from the code: both daemons' flag tables (flag, environment
+variable, default, help) and the chart's values.yaml (key, default, the `# --`
 comment above it). tests/deploy/test_docs.py fails when the committed file is out of date.
 
 Usage: python hack/gen-config-docs.py [OUTPUT]   (default docs/configuration.md)
@@ -8,7 +8,6 @@ Usage: python hack/gen-config-docs.py [OUTPUT]   (default docs/configuration.md)
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -19,9 +18,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.cli import build_parser as controller_parser  # noqa: E402
-from dra_driver.cli.flagdocs import Flag, describe  # noqa: E402
-from kubeletplugin.cli import build_parser as plugin_parser  # noqa: E402
+from controller.flags import FLAGS as CONTROLLER_FLAGS  # noqa: E402
+from dra_driver.cli.flagdocs import FlagDoc, describe  # noqa: E402
+from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS  # noqa: E402
 
 DEFAULT_OUTPUT = ROOT / "docs" / "configuration.md"
 VALUES = ROOT / "deploy" / "helm" / "gpu-dra-driver" / "values.yaml"
@@ -50,17 +49,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or " "
 
 
-def flag_table(flags: list[Flag]) -> list[str]:
+def flag_table(flags: list[FlagDoc]) -> list[str]:
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for f in flags:
-        meaning = re.sub(
-            r"\s*\(env [A-Z_0-9]+(; [^)]*)?\)",
-            lambda m: f" ({m.group(1)[2:]})" if m.group(1) else "",
-            f.help,
-        )
         default = f"`{f.default}`" if f.default else " "
         env = f"`{f.env}`" if f.env else " "
-        rows.append(f"| `{f.flag}` | {env} | {_cell(default)} | {_cell(meaning)} |")
+        rows.append(f"| `{f.flag}` | {env} | {_cell(default)} | {_cell(f.meaning)} |")
     return rows
 
 
@@ -121,26 +115,13 @@ def values_table() -> list[str]:
 
 
 def render() -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DRA_", "POD_", "NODE_"))}
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update({**clean, "KUBECONFIG": ""})
-    try:
-        plugin = describe(plugin_parser)
-        controller = [
-            f if f.flag != "--identity" else Flag(f.flag, f.env, "the host name", f.help)
-            for f in describe(controller_parser)
-        ]
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     parts = [
         HEADER,
         "## Kubelet plugin (`dra-kubelet-plugin`)\n",
-        *flag_table(plugin),
+        *flag_table(describe(PLUGIN_FLAGS)),
         "",
         "## Allocation controller (`dra-controller`)\n",
-        *flag_table(controller),
+        *flag_table(describe(CONTROLLER_FLAGS)),
         "",
         "## Helm chart values (`deploy/helm/gpu-dra-driver`)\n",
         *values_table(),

@@ -9,10 +9,11 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 
-from controller.cli import build_parser as controller_parser
+from controller.flags import FLAGS as CONTROLLER_FLAGS
 from dra_driver.cli.flagdocs import environment_variables
+from dra_driver.cli.flags import Flag
 from dra_driver.deviceclasses import device_classes
-from kubeletplugin.cli import build_parser as plugin_parser
+from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS
 from tests.deploy.chart import CHART, KUBE_VERSIONS, VALUE_SETS, find, one, render, render_text
 
 
@@ -159,12 +160,12 @@ def test_plugin_only_install_has_no_controller_objects() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "parser"), [("DaemonSet", plugin_parser), ("Deployment", controller_parser)]
+    ("kind", "flags"), [("DaemonSet", PLUGIN_FLAGS), ("Deployment", CONTROLLER_FLAGS)]
 )
 def test_every_environment_variable_the_chart_sets_is_read_by_the_daemon(
-    kind: str, parser: Any
+    kind: str, flags: tuple[Flag, ...]
 ) -> None:
-    known = environment_variables(parser) | {"LD_LIBRARY_PATH"}  # the dynamic loader reads that one
+    known = environment_variables(flags) | {"LD_LIBRARY_PATH"}  # the dynamic loader reads that one
     for value_set in VALUE_SETS:
         objects = render(value_set)
         if not find(objects, kind):

@@ -1,0 +1,57 @@
+"""Converters for flag values. A flag's default reaches them as the string its environment variable
+holds, so each one must reject a bad value with `argparse.ArgumentTypeError`: argparse then
+reports it as a usage error against the flag, whichever place the value came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+TRUE = frozenset({"1", "true", "yes", "on"})
+FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def boolean(text: str) -> bool:
+    """Strict, so that a misspelt `DRA_NVML=ture` fails instead of silently meaning off."""
+    word = text.strip().lower()
+    if word in TRUE:
+        return True
+    if word in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port {text!r} is not a number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range 0..65535")
+    return value
+
+
+def seconds(text: str) -> float:
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) if raw.endswith("s") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 15s") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return value
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """argparse checks `choices` only for values on the command line, not for a string default,
+    so a flag with choices checks them in its converter as well."""
+
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {text!r} (choose from {', '.join(choices)})"
+            )
+        return text
+
+    return check

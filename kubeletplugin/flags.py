@@ -1,0 +1,132 @@
+"""`dra-kubelet-plugin`'s flags. The chart sets them through the environment, because per-node
+values such as the node name and the pod UID come from the downward API."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from dra_driver.cli import common_flags as common
+from dra_driver.cli.flags import Flag, Kind
+from dra_driver.slices import Shape
+
+
+def shapes(text: str) -> frozenset[Shape]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    known = {shape.value: shape for shape in Shape}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"--shapes: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(known)}"
+        )
+    return frozenset(known[n] for n in names)
+
+
+GPU_SOURCE = "gpu-source"
+"""The flags that choose where the GPUs come from; at most one may be given."""
+
+FLAGS: tuple[Flag, ...] = (
+    dataclasses.replace(common.DRIVER_NAME, help="driver name and attribute domain"),
+    Flag(
+        "--node-name",
+        env="NODE_NAME",
+        required=True,
+        help="this node's name, also the pool name",
+    ),
+    common.KUBECONFIG,
+    Flag(
+        "--plugin-dir",
+        env="DRA_PLUGIN_DIR",
+        type=Path,
+        help="directory of the DRA socket; default /var/lib/kubelet/plugins/<driver>",
+    ),
+    Flag(
+        "--registry-dir",
+        env="DRA_REGISTRY_DIR",
+        type=Path,
+        default="/var/lib/kubelet/plugins_registry",
+        help="kubelet's plugin registration directory",
+    ),
+    Flag(
+        "--cdi-root",
+        env="CDI_ROOT",
+        type=Path,
+        default="/var/run/cdi",
+        help="where per-claim CDI specs are written",
+    ),
+    Flag(
+        "--state-dir",
+        env="DRA_STATE_DIR",
+        type=Path,
+        help="where the checkpoint lives; default the plugin dir",
+    ),
+    Flag(
+        "--fake-gpus",
+        env="DRA_FAKE_GPUS",
+        exclusive=GPU_SOURCE,
+        metavar="PROFILE:COUNT",
+        help="fake GPUs, e.g. H100-SXM5-80GB:8, or a YAML file",
+    ),
+    Flag(
+        "--nvml",
+        env="DRA_NVML",
+        kind=Kind.SWITCH,
+        exclusive=GPU_SOURCE,
+        help="the real GPUs through NVML",
+    ),
+    Flag(
+        "--fake-state-dir",
+        env="DRA_FAKE_STATE_DIR",
+        type=Path,
+        help="where fake GPUs keep their state across restarts; default <state-dir>/fake-gpus",
+    ),
+    Flag(
+        "--shapes",
+        env="DRA_SHAPES",
+        type=shapes,
+        default="gpu,mig,timeslice,shared",
+        help="device shapes to publish, comma-separated from gpu,mig,timeslice,shared",
+    ),
+    Flag(
+        "--timeslice-shares",
+        env="DRA_TIMESLICE_SHARES",
+        type=int,
+        default="4",
+        help="time-slice share devices per GPU",
+    ),
+    common.METRICS_PORT,
+    dataclasses.replace(
+        common.HEALTHCHECK_PORT, help="serve the gRPC liveness check on this TCP port"
+    ),
+    Flag(
+        "--pod-uid",
+        env="POD_UID",
+        help="socket names carry this UID, for overlapping rolling updates",
+    ),
+    Flag(
+        "--health-poll-interval",
+        type=float,
+        default="5.0",
+        help="seconds between GPU health checks",
+    ),
+    Flag(
+        "--delete-slices-on-exit",
+        env="DRA_DELETE_SLICES_ON_EXIT",
+        kind=Kind.SWITCH,
+        help="delete this node's ResourceSlices on a clean shutdown",
+    ),
+    Flag(
+        "--claim-cache",
+        env="DRA_CLAIM_CACHE",
+        kind=Kind.SWITCH,
+        help="answer prepare from a watched copy of every ResourceClaim when it can, instead of "
+        "a GET per claim; needs list and watch on resourceclaims in all namespaces, and every "
+        "node then watches every claim, so it is off by default",
+    ),
+    common.LOG_FORMAT,
+    common.LOG_LEVEL,
+)
+
+__all__ = ["FLAGS", "GPU_SOURCE", "shapes"]
