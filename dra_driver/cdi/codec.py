@@ -22,6 +22,7 @@ from dra_driver.cdi.model import (
     validate_spec,
 )
 from dra_driver.cdi.version import KNOWN_VERSIONS, minimum_version, version_key
+from dra_driver.typed_json import JsonObject, JsonShapeError
 
 
 def spec_to_dict(spec: CdiSpec) -> dict[str, Any]:
@@ -86,81 +87,19 @@ def _hook_to_dict(hook: Hook) -> dict[str, Any]:
 def spec_from_dict(data: Mapping[str, Any], source: str) -> CdiSpec:
     """Decode a spec; every error starts with `source` and names the field path."""
     try:
-        spec, declared = _decode_spec(data)
+        spec, declared = _decode_spec(JsonObject(data))
         validate_spec(spec)
         needed = minimum_version(spec)
         if version_key(declared) < version_key(needed):
             raise CdiError(
                 f"cdiVersion: {declared} is too low for this content, which needs {needed}"
             )
-    except CdiError as error:
+    except (CdiError, JsonShapeError) as error:
         raise CdiError(f"{source}: {error}") from None
     return spec
 
 
-class _Fields:
-    """Typed access to one mapping of the wire form that remembers where it is."""
-
-    def __init__(self, value: object, where: str, allowed: frozenset[str]) -> None:
-        if not isinstance(value, Mapping):
-            raise CdiError(f"{where or 'spec'}: expected a mapping, found {type(value).__name__}")
-        for key in value:
-            if key not in allowed:
-                raise CdiError(f"{_join(where, str(key))}: unsupported field")
-        self._data: Mapping[str, Any] = value
-        self._where = where
-
-    def at(self, key: str) -> str:
-        return _join(self._where, key)
-
-    def has(self, key: str) -> bool:
-        return key in self._data
-
-    def raw(self, key: str) -> object:
-        return self._data.get(key)
-
-    def string(self, key: str) -> str:
-        value = self._data.get(key)
-        if not isinstance(value, str):
-            problem = "is required" if key not in self._data else "must be a string"
-            raise CdiError(f"{self.at(key)}: {problem}")
-        return value
-
-    def optional_string(self, key: str) -> str | None:
-        return self.string(key) if self._data.get(key) is not None else None
-
-    def optional_int(self, key: str) -> int | None:
-        value = self._data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CdiError(f"{self.at(key)}: must be an integer")
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self._data.get(key)
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            raise CdiError(f"{self.at(key)}: must be a list of strings")
-        for index, item in enumerate(value):
-            if not isinstance(item, str):
-                raise CdiError(f"{self.at(key)}[{index}]: must be a string")
-        return tuple(value)
-
-    def items(self, key: str) -> list[tuple[str, object]]:
-        value = self._data.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise CdiError(f"{self.at(key)}: must be a list")
-        return [(f"{self.at(key)}[{index}]", item) for index, item in enumerate(value)]
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
+# Every mapping of the wire form refuses keys it does not list: see the module docstring.
 _SPEC_KEYS = frozenset({"cdiVersion", "kind", "annotations", "devices", "containerEdits"})
 _DEVICE_KEYS = frozenset({"name", "containerEdits"})
 _EDITS_KEYS = frozenset({"env", "deviceNodes", "mounts", "hooks"})
@@ -169,79 +108,67 @@ _MOUNT_KEYS = frozenset({"hostPath", "containerPath", "options", "type"})
 _HOOK_KEYS = frozenset({"hookName", "path", "args", "env"})
 
 
-def _decode_spec(data: Mapping[str, Any]) -> tuple[CdiSpec, str]:
-    fields = _Fields(data, "", _SPEC_KEYS)
+def _decode_spec(fields: JsonObject) -> tuple[CdiSpec, str]:
+    fields.only(_SPEC_KEYS)
     declared = fields.string("cdiVersion")
     if declared not in KNOWN_VERSIONS:
         raise CdiError(f"cdiVersion: {declared!r} is not one of {', '.join(KNOWN_VERSIONS)}")
     kind = fields.string("kind")
-    annotations: dict[str, str] = {}
-    raw_annotations = fields.raw("annotations")
-    if raw_annotations is not None:
-        if not isinstance(raw_annotations, Mapping):
-            raise CdiError("annotations: must be a mapping of strings")
-        for key, value in raw_annotations.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise CdiError(f"annotations.{key}: keys and values must be strings")
-            annotations[key] = value
-    if not fields.has("devices"):
-        raise CdiError("devices: is required")
-    devices = tuple(_decode_device(item, where) for where, item in fields.items("devices"))
-    edits = (
-        _decode_edits(fields.raw("containerEdits"), "containerEdits")
-        if fields.raw("containerEdits") is not None
-        else ContainerEdits()
-    )
+    raw_annotations = fields.optional_nested("annotations")
+    annotations = raw_annotations.string_members() if raw_annotations is not None else {}
+    devices = tuple(_decode_device(device) for device in fields.nested_list("devices"))
+    raw_edits = fields.optional_nested("containerEdits")
+    edits = _decode_edits(raw_edits) if raw_edits is not None else ContainerEdits()
     return CdiSpec(kind=kind, devices=devices, edits=edits, annotations=annotations), declared
 
 
-def _decode_device(value: object, where: str) -> CdiDevice:
-    fields = _Fields(value, where, _DEVICE_KEYS)
+def _decode_device(fields: JsonObject) -> CdiDevice:
+    fields.only(_DEVICE_KEYS)
     name = fields.string("name")
-    if not fields.has("containerEdits"):
-        raise CdiError(f"{fields.at('containerEdits')}: is required")
-    return CdiDevice(
-        name=name, edits=_decode_edits(fields.raw("containerEdits"), fields.at("containerEdits"))
-    )
+    return CdiDevice(name=name, edits=_decode_edits(fields.nested("containerEdits")))
 
 
-def _decode_edits(value: object, where: str) -> ContainerEdits:
-    fields = _Fields(value, where, _EDITS_KEYS)
+def _decode_edits(fields: JsonObject) -> ContainerEdits:
+    fields.only(_EDITS_KEYS)
     return ContainerEdits(
-        env=fields.strings("env"),
-        device_nodes=tuple(_decode_node(item, at) for at, item in fields.items("deviceNodes")),
-        mounts=tuple(_decode_mount(item, at) for at, item in fields.items("mounts")),
-        hooks=tuple(_decode_hook(item, at) for at, item in fields.items("hooks")),
+        env=fields.optional_strings("env") or (),
+        device_nodes=tuple(_decode_node(item) for item in _list(fields, "deviceNodes")),
+        mounts=tuple(_decode_mount(item) for item in _list(fields, "mounts")),
+        hooks=tuple(_decode_hook(item) for item in _list(fields, "hooks")),
     )
 
 
-def _decode_node(value: object, where: str) -> DeviceNode:
-    fields = _Fields(value, where, _NODE_KEYS)
+def _list(fields: JsonObject, key: str) -> list[JsonObject]:
+    return fields.optional_nested_list(key) or []
+
+
+def _decode_node(fields: JsonObject) -> DeviceNode:
+    fields.only(_NODE_KEYS)
     return DeviceNode(
         path=fields.string("path"),
         host_path=fields.optional_string("hostPath"),
         type=fields.optional_string("type"),
-        major=fields.optional_int("major"),
-        minor=fields.optional_int("minor"),
+        major=fields.optional_integer("major"),
+        minor=fields.optional_integer("minor"),
         permissions=fields.optional_string("permissions"),
     )
 
 
-def _decode_mount(value: object, where: str) -> Mount:
-    fields = _Fields(value, where, _MOUNT_KEYS)
+def _decode_mount(fields: JsonObject) -> Mount:
+    fields.only(_MOUNT_KEYS)
     return Mount(
         host_path=fields.string("hostPath"),
         container_path=fields.string("containerPath"),
-        options=fields.strings("options"),
+        options=fields.optional_strings("options") or (),
         type=fields.optional_string("type"),
     )
 
 
-def _decode_hook(value: object, where: str) -> Hook:
-    fields = _Fields(value, where, _HOOK_KEYS)
+def _decode_hook(fields: JsonObject) -> Hook:
+    fields.only(_HOOK_KEYS)
     return Hook(
         hook_name=fields.string("hookName"),
         path=fields.string("path"),
-        args=fields.strings("args"),
-        env=fields.strings("env"),
+        args=fields.optional_strings("args") or (),
+        env=fields.optional_strings("env") or (),
     )

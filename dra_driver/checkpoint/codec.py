@@ -34,6 +34,7 @@ from dra_driver.checkpoint.model import (
     DeviceRecord,
     MigInstanceRecord,
 )
+from dra_driver.typed_json import JsonObject, JsonShapeError
 
 CURRENT_VERSION = 1
 
@@ -185,133 +186,69 @@ def decode_checkpoint(text: str | bytes, source: str) -> Checkpoint:
     if recorded != actual:
         raise corrupt(f"checksum mismatch (recorded {recorded[:16]}..., content {actual[:16]}...)")
     try:
-        return _checkpoint_from_data(upgrade(data))
-    except _ShapeError as error:
+        return _checkpoint_from_data(JsonObject(upgrade(data), "data"))
+    except JsonShapeError as error:
         raise corrupt(str(error)) from None
 
 
-class _ShapeError(ValueError):
-    pass
+# Readers below never call `JsonObject.only`: unknown keys are ignored on purpose (see above).
 
 
-class _Reader:
-    """Typed access to one object of `data`; unknown keys are ignored on purpose."""
-
-    def __init__(self, value: object, where: str) -> None:
-        if not isinstance(value, dict):
-            raise _ShapeError(f"{where}: expected an object, found {_type_name(value)}")
-        self._data: dict[str, Any] = value
-        self._where = where
-
-    def _fail(self, key: str, expected: str) -> _ShapeError:
-        if key not in self._data:
-            return _ShapeError(f"{self._where}.{key}: missing")
-        return _ShapeError(
-            f"{self._where}.{key}: expected {expected}, found {_type_name(self._data[key])}"
-        )
-
-    def string(self, key: str) -> str:
-        value = self._data.get(key)
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def optional_string(self, key: str) -> str | None:
-        return None if self._data.get(key) is None else self.string(key)
-
-    def integer(self, key: str) -> int:
-        value = self._data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._fail(key, "a non-negative integer")
-        return value
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self._data.get(key) is None else self.integer(key)
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self._data.get(key)
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise self._fail(key, "a list of strings")
-        return tuple(value)
-
-    def objects(self, key: str) -> list[tuple[str, object]]:
-        """Items of an optional list of objects, each with its path for messages."""
-        value = self._data.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self._fail(key, "a list")
-        return [(f"{self._where}.{key}[{index}]", item) for index, item in enumerate(value)]
-
-    def raw(self, key: str) -> object:
-        return self._data.get(key)
-
-
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _checkpoint_from_data(data: dict[str, Any]) -> Checkpoint:
-    reader = _Reader(data, "data")
-    boot_id = reader.string("bootId")
-    raw_claims = reader.raw("claims")
-    if raw_claims is None:
-        raw_claims = {}
-    if not isinstance(raw_claims, dict):
-        raise _ShapeError(f"data.claims: expected an object, found {_type_name(raw_claims)}")
+def _checkpoint_from_data(data: JsonObject) -> Checkpoint:
+    boot_id = data.string("bootId")
+    raw_claims = data.optional_nested("claims")
     claims: dict[str, ClaimRecord] = {}
-    for uid, raw in raw_claims.items():
-        record = _claim_from_data(raw, f"data.claims[{uid!r}]")
+    for uid, raw in (raw_claims.object_members() if raw_claims is not None else {}).items():
+        record = _claim_from_data(raw)
         if record.uid != uid:
-            raise _ShapeError(f"data.claims[{uid!r}].uid: {record.uid!r} differs from its key")
+            raise JsonShapeError(raw.path_of("uid"), f"{record.uid!r} differs from its key")
         claims[uid] = record
     return Checkpoint(boot_id=boot_id, claims=claims)
 
 
-def _claim_from_data(value: object, where: str) -> ClaimRecord:
-    reader = _Reader(value, where)
-    state_text = reader.string("state")
+def _claim_from_data(claim: JsonObject) -> ClaimRecord:
+    state_text = claim.string("state")
     try:
         state = ClaimState(state_text)
     except ValueError:
-        raise _ShapeError(f"{where}.state: unknown state {state_text!r}") from None
+        raise JsonShapeError(claim.path_of("state"), f"unknown state {state_text!r}") from None
     return ClaimRecord(
-        uid=reader.string("uid"),
-        namespace=reader.string("namespace"),
-        name=reader.string("name"),
+        uid=claim.string("uid"),
+        namespace=claim.string("namespace"),
+        name=claim.string("name"),
         state=state,
-        devices=tuple(_device_from_data(item, at) for at, item in reader.objects("devices")),
-        mig_instances=tuple(
-            _mig_from_data(item, at) for at, item in reader.objects("migInstances")
-        ),
-        cdi_spec=reader.optional_string("cdiSpec"),
+        devices=tuple(_device_from_data(item) for item in _list(claim, "devices")),
+        mig_instances=tuple(_mig_from_data(item) for item in _list(claim, "migInstances")),
+        cdi_spec=claim.optional_string("cdiSpec"),
     )
 
 
-def _device_from_data(value: object, where: str) -> DeviceRecord:
-    reader = _Reader(value, where)
+def _list(reader: JsonObject, key: str) -> list[JsonObject]:
+    return reader.optional_nested_list(key) or []
+
+
+def _device_from_data(device: JsonObject) -> DeviceRecord:
     return DeviceRecord(
-        request_names=reader.strings("requestNames"),
-        pool_name=reader.string("poolName"),
-        device_name=reader.string("deviceName"),
-        cdi_device_ids=reader.strings("cdiDeviceIds"),
-        share_id=reader.optional_string("shareId"),
-        shape=reader.optional_string("shape") or "",
-        minor=reader.optional_integer("minor"),
-        timeslice_interval=reader.optional_string("timesliceInterval"),
-        mps_thread_percentage=reader.optional_integer("mpsThreadPercentage"),
-        mps_pinned_memory_bytes=reader.optional_integer("mpsPinnedMemoryBytes"),
+        request_names=device.strings("requestNames"),
+        pool_name=device.string("poolName"),
+        device_name=device.string("deviceName"),
+        cdi_device_ids=device.strings("cdiDeviceIds"),
+        share_id=device.optional_string("shareId"),
+        shape=device.optional_string("shape") or "",
+        minor=device.optional_integer("minor", minimum=0),
+        timeslice_interval=device.optional_string("timesliceInterval"),
+        mps_thread_percentage=device.optional_integer("mpsThreadPercentage", minimum=0),
+        mps_pinned_memory_bytes=device.optional_integer("mpsPinnedMemoryBytes", minimum=0),
     )
 
 
-def _mig_from_data(value: object, where: str) -> MigInstanceRecord:
-    reader = _Reader(value, where)
+def _mig_from_data(instance: JsonObject) -> MigInstanceRecord:
     return MigInstanceRecord(
-        minor=reader.integer("minor"),
-        profile=reader.string("profile"),
-        gi_id=reader.integer("giId"),
-        ci_id=reader.optional_integer("ciId"),
-        uuid=reader.optional_string("uuid"),
-        placement_start=reader.integer("placementStart"),
-        placement_size=reader.integer("placementSize"),
+        minor=instance.integer("minor", minimum=0),
+        profile=instance.string("profile"),
+        gi_id=instance.integer("giId", minimum=0),
+        ci_id=instance.optional_integer("ciId", minimum=0),
+        uuid=instance.optional_string("uuid"),
+        placement_start=instance.integer("placementStart", minimum=0),
+        placement_size=instance.integer("placementSize", minimum=0),
     )

@@ -160,17 +160,21 @@ _DELETE = object()
             "cdiVersion: 0.3.0 is too low for this content, which needs 0.5.0",
         ),
         (["kind"], "nvidia", "kind: CDI kind 'nvidia'"),
-        (["kind"], 3, "kind: must be a string"),
+        (["kind"], 3, "kind: expected a string, found int"),
         (["devices"], _DELETE, "devices: is required"),
         (["devices"], [], "devices: a spec needs at least one device"),
-        (["devices"], {"name": "x"}, "devices: must be a list"),
+        (["devices"], {"name": "x"}, "devices: expected a list, found dict"),
         (["extra"], 1, "extra: unsupported field"),
         (["devices", 0, "name"], "-bad", "devices[0].name: CDI device name '-bad'"),
         (["devices", 1, "name"], "gpu-0", "devices[1].name: device 'gpu-0' is defined twice"),
         (["devices", 0, "containerEdits"], _DELETE, "devices[0].containerEdits: is required"),
         (["devices", 0, "containerEdits"], {}, "devices[0].containerEdits: a device must edit"),
         (["devices", 0, "containerEdits", "env", 0], "NOVALUE", "devices[0].containerEdits.env[0]"),
-        (["devices", 0, "containerEdits", "env", 0], 5, "containerEdits.env[0]: must be a string"),
+        (
+            ["devices", 0, "containerEdits", "env", 0],
+            5,
+            "containerEdits.env[0]: expected a string, found int",
+        ),
         (
             ["devices", 0, "containerEdits", "deviceNodes", 0, "type"],
             "x",
@@ -179,7 +183,12 @@ _DELETE = object()
         (
             ["devices", 0, "containerEdits", "deviceNodes", 0, "major"],
             "195",
-            "deviceNodes[0].major: must be an integer",
+            "deviceNodes[0].major: expected an integer, found str",
+        ),
+        (
+            ["devices", 0, "containerEdits", "deviceNodes", 0, "minor"],
+            True,
+            "deviceNodes[0].minor: expected an integer, found bool",
         ),
         (
             ["devices", 0, "containerEdits", "deviceNodes", 0, "permissions"],
@@ -206,8 +215,8 @@ _DELETE = object()
             _DELETE,
             "mounts[0].containerPath: is required",
         ),
-        (["containerEdits"], [], "containerEdits: expected a mapping, found list"),
-        (["annotations"], {"a": 1}, "annotations.a: keys and values must be strings"),
+        (["containerEdits"], [], "containerEdits: expected an object, found list"),
+        (["annotations"], {"a": 1}, "annotations['a']: expected a string, found int"),
     ],
 )
 def test_strict_reading_names_source_and_field(path: list[Any], value: Any, fragment: str) -> None:

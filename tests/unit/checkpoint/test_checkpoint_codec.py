@@ -193,7 +193,7 @@ _GOOD: dict[str, Any] = {
             json.dumps({"version": 1, "checksum": "0" * 64, "data": _GOOD}),
             "checksum mismatch",
         ),
-        (_document({"claims": {}}), "data.bootId: missing"),
+        (_document({"claims": {}}), "data.bootId: is required"),
         (_document({"bootId": 5, "claims": {}}), "data.bootId: expected a string, found int"),
         (_document({"bootId": "b", "claims": []}), "data.claims: expected an object, found list"),
         (
@@ -208,7 +208,29 @@ _GOOD: dict[str, Any] = {
             _document(
                 {"bootId": "b", "claims": {"u": {**_GOOD["claims"]["u"], "devices": [{"x": 1}]}}}
             ),
-            "data.claims['u'].devices[0].requestNames: missing",
+            "data.claims['u'].devices[0].requestNames: is required",
+        ),
+        (
+            _document(
+                {
+                    "bootId": "b",
+                    "claims": {
+                        "u": {
+                            **_GOOD["claims"]["u"],
+                            "devices": [
+                                {
+                                    "requestNames": ["r"],
+                                    "poolName": "p",
+                                    "deviceName": "d",
+                                    "cdiDeviceIds": [],
+                                    "minor": True,
+                                }
+                            ],
+                        }
+                    },
+                }
+            ),
+            "data.claims['u'].devices[0].minor: expected a non-negative integer, found bool",
         ),
         (
             _document(
