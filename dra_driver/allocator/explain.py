@@ -104,7 +104,7 @@ def _report(state: SearchState, plan: ClaimPlan, alt: Alternative, claim: int) -
                 report.usable += 1
         elif alt.capacity and not large_enough(device, alt.capacity):
             report.rejected[CAPACITY] += 1
-        elif not alt.admin_access and not state.counters_fit(device):
+        elif state.counts_counters(alt, device) and not state.counters_fit(device):
             report.rejected[COUNTERS] += 1
         else:
             report.usable += 1

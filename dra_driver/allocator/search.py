@@ -167,6 +167,20 @@ class SearchState:
             or device.id in self.allocating
         )
 
+    def counts_counters(self, alt: Alternative, device: Device) -> bool:
+        """Whether this pick must find room for the device's counters (upstream allocateDevice).
+
+        Upstream skips the counter check only for a device with multiple allocations whose
+        capacity some share already holds; everything else is checked, admin access included.
+        An admin pick of a device that another claim holds therefore needs the counters a second
+        time: the scheduler refuses a whole GPU to admin access while a part of it is in use.
+        """
+        if device.allow_multiple:
+            return not self.usage.in_use(device) and device.id not in self.allocating
+        if alt.admin_access:
+            return True
+        return not self.usage.in_use(device) and device.id not in self.picked
+
     def counters_fit(self, device: Device) -> bool:
         pool = device.pool_index
         totals = self.snapshot.pools[pool].counter_totals
@@ -212,12 +226,7 @@ class SearchState:
                 return None
         elif alt.capacity and not large_enough(device, alt.capacity):
             return None
-        consume = (
-            not alt.admin_access
-            and bool(device.consumes)
-            and not self.usage.in_use(device)
-            and device.id not in self.picked
-        )
+        consume = bool(device.consumes) and self.counts_counters(alt, device)
         if consume and not self.counters_fit(device):
             return None
         if self.plans[claim].constraints and not self.constraint_holds(claim, alt, device):

@@ -4,7 +4,8 @@ The allocator is a search with many shortcuts (caches, incremental counters, sco
 checker re-derives every rule from the claims' final ``status.allocation`` and the published
 slices, so a bug in the search shows up as a violation rather than as a silently wrong
 allocation. It deliberately shares no code with the allocator: it has its own parsing in
-``inputs.py`` and only uses the CEL environment and quantity parsing, which are not part of
+``inputs.py``, its own reading of a device as the CEL ``device`` variable (``cel_device.py``),
+and only uses the CEL runtime (compile and evaluate) and quantity parsing, which are not part of
 the search.
 
 Claims are taken in the order given, as if allocated in that order: rules that involve several
@@ -23,7 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from dra_driver.cel import CelCompileError, CelEnvironment, CelRuntimeError, default_environment
-from dra_driver.cel import device_variable as cel_device_variable
+from dra_driver.checker.cel_device import DeviceValueError, checker_device_variable
 from dra_driver.checker.inputs import (
     Alternative,
     ClaimSpec,
@@ -251,14 +252,14 @@ class ClusterChecker:
         found = self._verdicts.get(cache_key)
         if found is not None:
             return found
-        variable = self._variables.get(id(device.raw))
-        if variable is None:
-            variable = cel_device_variable(device.driver, device.raw)
-            self._variables[id(device.raw)] = variable
         outcome: bool | str
         try:
+            variable = self._variables.get(id(device.raw))
+            if variable is None:
+                variable = checker_device_variable(device.driver, device.raw)
+                self._variables[id(device.raw)] = variable
             value = self.cel.compile(expression).evaluate(variable)
-        except (CelCompileError, CelRuntimeError) as err:
+        except (CelCompileError, CelRuntimeError, DeviceValueError) as err:
             outcome = f"{expression!r} on device {device}: {err}"
         else:
             outcome = value if isinstance(value, bool) else f"{expression!r} gave {value!r}"

@@ -7,11 +7,12 @@ order, that the independent checker accepts. This module enumerates candidates i
 order and asks the checker, with no pruning and no cleverness: it is slow on purpose, so that it
 is easy to believe.
 
-The one rule the final state cannot show is the pod-local one: while one pod's claims are
+Two rules the final state cannot show are pod-local. First, while one pod's claims are
 allocated together, a device picked by an earlier claim (even with admin access) is not available
 to a later claim's non-admin request unless the device allows multiple allocations. Once written,
 an admin result takes nothing, so the checker rightly accepts such a state; the reference applies
-the rule itself.
+the rule itself. Second, an admin pick needs room for its device's shared counters on top of
+whoever holds the device (``_admin_counters_exceed``).
 
 CEL: the reference evaluates selectors eagerly (all devices of the node, for ``All``), so it is
 only exact for selectors that never raise; the checker reports a raising selector as a violation.
@@ -37,7 +38,7 @@ from dra_driver.checker.inputs import (
     parse_claim,
     share_amounts,
 )
-from dra_driver.checker.rules import ClusterChecker, accepted_node_selectors
+from dra_driver.checker.rules import ClusterChecker, Usage, accepted_node_selectors
 
 Choice = tuple[Alternative, tuple[Device, ...]]
 
@@ -135,6 +136,50 @@ def _pod_local_conflict(
     return False
 
 
+def _admin_counters_exceed(
+    checker: ClusterChecker,
+    base: Usage,
+    after: Usage,
+    claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]],
+    node: str,
+) -> bool:
+    """Whether the pod's admin picks leave no room for their devices' counters.
+
+    Upstream's allocateDevice checks counters for an admin-access pick like for any other, and
+    counts them on top of whatever already holds the device; a written admin result takes
+    nothing, so the final state cannot show this and the reference applies it here. A device
+    with multiple allocations counts once per allocation (and not at all when a share of it is
+    in use), whoever picks it; the checker counts it already when a non-admin pick shares it.
+    """
+    extra: dict[tuple[str, str, str, str], Fraction] = {}
+    shared_by_others = {
+        d.key for _, picks in claims for alt, devices in picks for d in devices if not alt.admin
+    }
+    counted: set[tuple[str, str, str]] = set()
+    for _, picks in claims:
+        for alternative, devices in picks:
+            if not alternative.admin:
+                continue
+            for device in devices:
+                if device.multiple:
+                    if device.key in base.in_use or device.key in shared_by_others:
+                        continue
+                    if device.key in counted:
+                        continue
+                    counted.add(device.key)
+                for set_name, counters in device.consumes:
+                    for counter, amount in counters.items():
+                        slot = (device.key[0], device.key[1], set_name, counter)
+                        extra[slot] = extra.get(slot, Fraction(0)) + amount
+    pools = checker.view(checker.node(node)).pools
+    for slot, amount in extra.items():
+        pool = pools.get((slot[0], slot[1]))
+        limit = (pool.counter_sets.get(slot[2]) or {}).get(slot[3]) if pool else None
+        if limit is not None and after.counters[slot] + amount > limit:
+            return True
+    return False
+
+
 def first_fit_reference(
     slices: Iterable[Mapping[str, Any]],
     classes: Iterable[Mapping[str, Any]],
@@ -174,7 +219,10 @@ def first_fit_reference(
             {**dict(raw), "status": {**dict(raw.get("status") or {}), "allocation": allocation}}
             for raw, allocation in zip(claims, allocations, strict=True)
         ]
-        violations, _ = checker.check(candidate, base.copy(), node_hint=node)
-        if not any(v.claim in keys or v.claim is None for v in violations):
-            return allocations
+        violations, after = checker.check(candidate, base.copy(), node_hint=node)
+        if any(v.claim in keys or v.claim is None for v in violations):
+            continue
+        if _admin_counters_exceed(checker, base, after, grouped, node):
+            continue
+        return allocations
     return None

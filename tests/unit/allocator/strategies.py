@@ -324,3 +324,124 @@ def scenarios(
         pod.append(one)
     node = draw(st.sampled_from(cluster.node_names))
     return Scenario(cluster, earlier, pod, node)
+
+
+# --- partitioned GPUs under contention ------------------------------------------------------------
+#
+# The shapes above make every feature possible but rarely make them meet. These make them meet:
+# each GPU is one counter set that a whole device, two halves and a shared device draw from, so
+# a claim that takes part of a GPU decides what a later (often admin-access) claim may take.
+
+TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+PART_CLASSES = (
+    ("any-gpu", ()),
+    ("whole-gpu", ('device.attributes["gpu.example.com"].type == "gpu"',)),
+    ("part-gpu", ('device.attributes["gpu.example.com"].type != "gpu"',)),
+)
+
+
+def _part(pick: _Picker, name: str, kind: str, counter_set: str, mem: int, numa: int) -> Obj:
+    device: Obj = {
+        "name": name,
+        "attributes": {
+            "type": {"string": kind},
+            "numa": {"int": numa},
+            "model": {"string": "h100"},
+            "ver": {"version": "1.2.0"},
+        },
+        "capacity": {"memory": {"value": f"{mem * 2}Gi"}},
+        "consumesCounters": [{"counterSet": counter_set, "counters": {"mem": {"value": str(mem)}}}],
+    }
+    if kind == "shared":
+        device["allowMultipleAllocations"] = True
+        device["capacity"]["memory"]["requestPolicy"] = {
+            "default": "2Gi",
+            "validRange": {"min": "1Gi", "max": f"{mem * 2}Gi", "step": "1Gi"},
+        }
+    if pick.chance(0.2):
+        device["taints"] = [
+            {"key": TAINT_KEY, "value": "yes", "effect": pick.choice(TAINT_EFFECTS)}
+        ]
+    return device
+
+
+@st.composite
+def partitioned_clusters(draw: st.DrawFn) -> Cluster:
+    """One or two nodes, each with one pool of one or two partitionable GPUs."""
+    slices: list[Obj] = []
+    nodes: list[Obj] = []
+    for index in range(draw(st.integers(1, 2))):
+        node = f"node-{'ab'[index]}"
+        nodes.append({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+        pick = _Picker(draw)
+        devices: list[Obj] = []
+        counter_sets: list[Obj] = []
+        for gpu in range(pick.choice((1, 1, 2))):
+            counter_set = f"gpu-{gpu}"
+            counter_sets.append({"name": counter_set, "counters": {"mem": {"value": "4"}}})
+            devices.append(_part(pick, f"gpu-{gpu}", "gpu", counter_set, 4, gpu))
+            devices.append(_part(pick, f"gpu-{gpu}-half-0", "mig", counter_set, 2, gpu))
+            if pick.chance(0.6):
+                devices.append(_part(pick, f"gpu-{gpu}-half-1", "mig", counter_set, 2, gpu))
+            if pick.chance(0.6):
+                devices.append(_part(pick, f"gpu-{gpu}-shared", "shared", counter_set, 2, gpu))
+        slices.append(
+            {
+                "metadata": {"name": f"{node}-gpus"},
+                "spec": {
+                    "driver": GPU,
+                    "pool": {"name": f"{node}-gpus", "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": node,
+                    "sharedCounters": counter_sets,
+                    "devices": devices,
+                },
+            }
+        )
+    classes: list[Obj] = [
+        {
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+        }
+        for name, expressions in PART_CLASSES
+    ]
+    return Cluster(slices, classes, nodes)
+
+
+def _contending_ask(pick: _Picker, *, sub: bool) -> Obj:
+    ask: Obj = {"deviceClassName": pick.choice([name for name, _ in PART_CLASSES])}
+    if pick.chance(0.08):
+        ask["allocationMode"] = "All"
+    elif pick.chance(0.15):
+        ask["count"] = 2
+    if not sub and pick.chance(0.4):
+        ask["adminAccess"] = True
+    if pick.chance(0.3):
+        ask["tolerations"] = [pick.choice(TOLERATIONS)]
+    if pick.chance(0.2):
+        ask["capacity"] = {"requests": {"memory": pick.choice(("1Gi", "3Gi", "6Gi"))}}
+    return ask
+
+
+@st.composite
+def contending_claims(draw: st.DrawFn, count: tuple[int, int] = (2, 4)) -> list[Obj]:
+    """Claims for `partitioned_clusters`: admin access, taints and shares are common."""
+    found: list[Obj] = []
+    for number in range(draw(st.integers(*count))):
+        pick = _Picker(draw)
+        requests: list[Obj] = []
+        for index in range(pick.choice((1, 1, 2))):
+            if pick.chance(0.2):
+                entries = [{"name": f"s{k}", **_contending_ask(pick, sub=True)} for k in range(2)]
+                requests.append({"name": f"r{index}", "firstAvailable": entries})
+            else:
+                requests.append({"name": f"r{index}", "exactly": _contending_ask(pick, sub=False)})
+        devices: Obj = {"requests": requests}
+        if len(requests) > 1 and pick.chance(0.3):
+            devices["constraints"] = [{"matchAttribute": f"{GPU}/numa"}]
+        found.append(
+            {
+                "metadata": {"namespace": "default", "name": f"claim-{number}"},
+                "spec": {"devices": devices},
+            }
+        )
+    return found
