@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import structlog
 
@@ -105,6 +105,27 @@ def build_parser() -> argparse.ArgumentParser:
         "(env DRA_FAKE_STATE_DIR)",
     )
     add(
+        "--driver-root",
+        type=Path,
+        default=env("DRA_DRIVER_ROOT"),
+        help="where this process sees the host's NVIDIA driver files: / for a driver installed "
+        "on the host, the mount of /run/nvidia/driver for a driver container; default / with "
+        "--nvml, and no driver files at all with --fake-gpus (env DRA_DRIVER_ROOT)",
+    )
+    add(
+        "--container-driver-root",
+        type=PurePosixPath,
+        default=env("DRA_CONTAINER_DRIVER_ROOT"),
+        help="the driver root as the container runtime sees it: the host path written into "
+        "CDI mounts and hooks; default --driver-root (env DRA_CONTAINER_DRIVER_ROOT)",
+    )
+    add(
+        "--dev-root",
+        type=Path,
+        default=env("DRA_DEV_ROOT", "/dev"),
+        help="where this process sees the host's device nodes (env DRA_DEV_ROOT)",
+    )
+    add(
         "--shapes",
         type=_shapes,
         default=_shapes(env("DRA_SHAPES", "gpu,mig,timeslice,shared") or ""),
@@ -169,6 +190,9 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         fake_gpus=args.fake_gpus,
         fake_state_dir=args.fake_state_dir or (state_dir / "fake-gpus"),
         nvml=args.nvml,
+        driver_root=args.driver_root,
+        container_driver_root=args.container_driver_root,
+        dev_root=args.dev_root,
         shapes=args.shapes,
         timeslice_shares=args.timeslice_shares,
         metrics_port=args.metrics_port,
