@@ -136,17 +136,19 @@ class PluginDaemon:
         self.api = api if api is not None else api_client(config.kubeconfig)
         self.metrics = PluginMetrics()
         self.backend = make_backend(config)
+        # Before anything talks to the API server: a node without usable driver files must fail
+        # here, naming the path, rather than publish GPUs its containers cannot use.
+        try:
+            driver = driver_files(config, self.backend)
+        except BaseException:
+            self.backend.close()
+            raise
         self.boot_id = read_boot_id()
         self.devices: dict[str, int] = {}
         self.ready = asyncio.Event()
         node: Any = client.CoreV1Api(self.api).read_node(config.node_name)
         self.owner = NodeOwner(config.node_name, str(node.metadata.uid))
         self.events = NodeEvents(self.api, config.node_name, self.owner.uid, COMPONENT)
-        try:
-            driver = driver_files(config, self.backend)
-        except BaseException:
-            self.backend.close()
-            raise
         nodes: DeviceNodes = (
             NoDeviceNodes(driver)
             if config.fake_gpus
