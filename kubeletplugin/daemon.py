@@ -13,7 +13,7 @@ import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import structlog
@@ -24,8 +24,9 @@ from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.fake.state import read_boot_id
 from dra_driver.backends.nvml import NvmlBackend
-from dra_driver.cdi import CdiSpecDir
+from dra_driver.cdi import CdiSpecDir, ContainerEdits
 from dra_driver.checkpoint import CheckpointStore
+from dra_driver.driverroot import discover, driver_edits
 from dra_driver.events import NodeEvents
 from dra_driver.kube_client import api_client
 from dra_driver.slices import Shape, SliceSettings, build_resource_slices
@@ -75,6 +76,10 @@ class PluginConfig:
     claim_cache: bool = False
     dev_root: Path = Path("/dev")
     proc_root: Path = Path("/proc")
+    # Where the driver's files are seen from here; None: / for NVML, none at all for fake GPUs.
+    driver_root: Path | None = None
+    # The same directory as the container runtime sees it; None: `driver_root`.
+    container_driver_root: PurePosixPath | None = None
 
 
 def make_backend(config: PluginConfig) -> GpuBackend:
@@ -83,6 +88,33 @@ def make_backend(config: PluginConfig) -> GpuBackend:
             config.fake_gpus, config.node_name, state_dir=config.fake_state_dir
         )
     return NvmlBackend(config.node_name)
+
+
+def driver_files(config: PluginConfig, backend: GpuBackend) -> ContainerEdits | None:
+    """What every container gets from the driver installation; None only for fake GPUs without
+    a driver root (demos, kind), whose containers have no use for driver files.
+
+    Raises DriverRootError naming the path when the driver root or its libraries are missing,
+    so the plugin does not start handing out GPUs that containers cannot use.
+    """
+    root = config.driver_root
+    version = None
+    if not config.fake_gpus:
+        root = root or Path("/")
+        gpus = backend.inventory().gpus
+        version = gpus[0].driver_version if gpus else None
+    if root is None:
+        return None
+    driver = discover(root, version)
+    log.info(
+        "driver found",
+        root=str(root),
+        version=driver.version,
+        libraries=len(driver.libraries),
+        firmware=len(driver.firmware),
+        hook=str(driver.hook.path) if driver.hook else None,
+    )
+    return driver_edits(driver, host_root=config.container_driver_root, dev_root=config.dev_root)
 
 
 def device_minors(slices: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -104,6 +136,13 @@ class PluginDaemon:
         self.api = api if api is not None else api_client(config.kubeconfig)
         self.metrics = PluginMetrics()
         self.backend = make_backend(config)
+        # Before anything talks to the API server: a node without usable driver files must fail
+        # here, naming the path, rather than publish GPUs its containers cannot use.
+        try:
+            driver = driver_files(config, self.backend)
+        except BaseException:
+            self.backend.close()
+            raise
         self.boot_id = read_boot_id()
         self.devices: dict[str, int] = {}
         self.ready = asyncio.Event()
@@ -111,9 +150,9 @@ class PluginDaemon:
         self.owner = NodeOwner(config.node_name, str(node.metadata.uid))
         self.events = NodeEvents(self.api, config.node_name, self.owner.uid, COMPONENT)
         nodes: DeviceNodes = (
-            NoDeviceNodes()
+            NoDeviceNodes(driver)
             if config.fake_gpus
-            else HostDeviceNodes(config.dev_root, config.proc_root)
+            else HostDeviceNodes(config.dev_root, config.proc_root, driver)
         )
         self.store = CheckpointStore(config.state_dir / "checkpoint.json")
         self.claims = KubernetesClaimSource(self.api)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from dra_driver.cli import common_flags as common
 from dra_driver.cli.flags import Flag, Kind
@@ -81,6 +81,28 @@ FLAGS: tuple[Flag, ...] = (
         env="DRA_FAKE_STATE_DIR",
         type=Path,
         help="where fake GPUs keep their state across restarts; default <state-dir>/fake-gpus",
+    ),
+    Flag(
+        "--driver-root",
+        env="DRA_DRIVER_ROOT",
+        type=Path,
+        help="where this process sees the host's NVIDIA driver files: / for a driver installed "
+        "on the host, the mount of /run/nvidia/driver for a driver container; default / with "
+        "--nvml, and no driver files at all with --fake-gpus",
+    ),
+    Flag(
+        "--container-driver-root",
+        env="DRA_CONTAINER_DRIVER_ROOT",
+        type=PurePosixPath,
+        help="the driver root as the container runtime sees it: the host path written into "
+        "CDI mounts and hooks; default --driver-root",
+    ),
+    Flag(
+        "--dev-root",
+        env="DRA_DEV_ROOT",
+        type=Path,
+        default="/dev",
+        help="where this process sees the host's device nodes",
     ),
     Flag(
         "--shapes",

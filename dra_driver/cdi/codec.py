@@ -32,15 +32,15 @@ def spec_to_dict(spec: CdiSpec) -> dict[str, Any]:
     if spec.annotations:
         data["annotations"] = dict(spec.annotations)
     data["devices"] = [
-        {"name": device.name, "containerEdits": _edits_to_dict(device.edits)}
+        {"name": device.name, "containerEdits": edits_to_dict(device.edits)}
         for device in spec.devices
     ]
     if not spec.edits.is_empty():
-        data["containerEdits"] = _edits_to_dict(spec.edits)
+        data["containerEdits"] = edits_to_dict(spec.edits)
     return data
 
 
-def _edits_to_dict(edits: ContainerEdits) -> dict[str, Any]:
+def edits_to_dict(edits: ContainerEdits) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if edits.env:
         data["env"] = list(edits.env)

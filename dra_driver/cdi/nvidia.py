@@ -17,7 +17,7 @@ from dra_driver.cdi.model import DeviceNode
 
 DEV_ROOT = Path("/dev")
 PROC_ROOT = Path("/proc")
-CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 _MINOR_LABEL = "DeviceFileMinor"
 
 
@@ -40,7 +40,8 @@ def gpu_device_nodes(minor: int, dev_root: Path = DEV_ROOT) -> tuple[DeviceNode,
 
 
 def control_device_nodes(dev_root: Path = DEV_ROOT) -> tuple[DeviceNode, ...]:
-    """The driver-wide nodes; absent ones are skipped (UVM is loaded on first use on some hosts)."""
+    """The driver-wide nodes; absent ones are skipped (UVM is loaded on first use on some hosts,
+    and modeset only with a display driver)."""
     return tuple(_node(name, dev_root) for name in CONTROL_NODES if (dev_root / name).exists())
 
 

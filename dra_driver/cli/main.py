@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from dra_driver import __version__
-from dra_driver.cli import devices, offline
+from dra_driver.cli import cdi, devices, offline
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 BUILTIN: dict[str, Register] = {
+    "cdi": cdi.register,
     "devices": devices.register,
     "explain": offline.register_explain,
     "simulate": offline.register_simulate,

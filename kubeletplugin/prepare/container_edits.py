@@ -4,7 +4,8 @@ Every device gets a CDI device of its own, so kubelet can hand each container ex
 devices of the requests it references. Environment keys are per device
 (`DRA_DEVICE_<NAME>...`): CDI merges the environment of every device a container gets and a
 shared key such as `CUDA_VISIBLE_DEVICES` could only keep one claim's value. Real GPUs also get
-their device nodes, and the spec-wide edits carry the control nodes every CUDA process opens and
+their device nodes, and the spec-wide edits carry the control nodes every CUDA process opens,
+the driver's libraries, firmware and programs with the hooks that make them loadable, and
 `NVIDIA_VISIBLE_DEVICES=void`, so the NVIDIA runtime hook does not add every GPU of the node on
 top. Fake GPUs have no device nodes: their environment says what was handed out, which is what a
 demo pod prints and a test checks.
@@ -58,20 +59,34 @@ class DeviceNodes(Protocol):
 
 
 class NoDeviceNodes:
+    """Fake GPUs: no nodes of their own; `driver` is the driver's edits when a (fake) driver
+    root was given, so specs can be checked for its files without a GPU."""
+
+    def __init__(self, driver: ContainerEdits | None = None) -> None:
+        self._driver = driver or ContainerEdits()
+
     def for_device(self, item: HandedOut) -> tuple[DeviceNode, ...]:
         return ()
 
     def common(self) -> ContainerEdits:
-        return ContainerEdits()
+        return self._driver
 
 
 class HostDeviceNodes:
     """Device nodes of real GPUs; roots are parameters because the plugin runs in a container
-    that sees the host's /dev under another path."""
+    that sees the host's /dev under another path. `driver` is what every container gets from
+    the driver installation (see `dra_driver.driverroot`); it already holds the control nodes
+    and the void visible-devices setting, which are the whole of `common()` without it."""
 
-    def __init__(self, dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        dev_root: Path = Path("/dev"),
+        proc_root: Path = Path("/proc"),
+        driver: ContainerEdits | None = None,
+    ) -> None:
         self._dev = dev_root
         self._proc = proc_root
+        self._driver = driver
 
     def for_device(self, item: HandedOut) -> tuple[DeviceNode, ...]:
         if item.mig_ids is not None:
@@ -80,6 +95,8 @@ class HostDeviceNodes:
         return tuple(gpu_device_nodes(item.parent_minor, self._dev))
 
     def common(self) -> ContainerEdits:
+        if self._driver is not None:
+            return self._driver
         return ContainerEdits(
             env=("NVIDIA_VISIBLE_DEVICES=void",),
             device_nodes=tuple(control_device_nodes(self._dev)),

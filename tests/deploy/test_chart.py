@@ -8,6 +8,7 @@ from typing import Any
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yaml
 
 from controller.flags import FLAGS as CONTROLLER_FLAGS
 from dra_driver.cli.flagdocs import environment_variables
@@ -116,10 +117,26 @@ def test_plugin_daemonset_runs_privileged_with_the_kubelet_paths() -> None:
     assert "127.0.0.1:9401" in container["livenessProbe"]["exec"]["command"][-1]
 
 
+def test_the_driver_root_is_mounted_read_only_and_named_for_the_runtime() -> None:
+    container = _container(render("defaults"), "DaemonSet")
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "driver-root"]
+    assert mount == {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True}
+    env = _env(container)
+    assert env["DRA_DRIVER_ROOT"] == "/driver-root"
+    assert env["DRA_CONTAINER_DRIVER_ROOT"] == "/"
+    custom = _env(_container(render("custom-driver"), "DaemonSet"))
+    assert custom["DRA_CONTAINER_DRIVER_ROOT"] == "/run/nvidia/driver"
+    texts = render_text({"containerDriverRoot": "/host/run/nvidia/driver"})
+    (daemonset,) = [t for path, t in texts.items() if path.endswith("kubeletplugin-daemonset.yaml")]
+    override = _env(yaml.safe_load(daemonset)["spec"]["template"]["spec"]["containers"][0])
+    assert override["DRA_CONTAINER_DRIVER_ROOT"] == "/host/run/nvidia/driver"
+
+
 def test_fake_gpus_need_neither_dev_nor_the_driver() -> None:
     container = _container(render("kind"), "DaemonSet")
     env = _env(container)
     assert env["DRA_FAKE_GPUS"] == "H100-SXM5-80GB:8" and "DRA_NVML" not in env
+    assert "DRA_DRIVER_ROOT" not in env  # fake GPUs run without driver files
     assert {m["name"] for m in container["volumeMounts"]} == {"plugins-registry", "plugins", "cdi"}
     assert container["image"] == "gpu-dra-driver:dev"
 

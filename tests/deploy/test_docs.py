@@ -17,6 +17,7 @@ PAGES = [
     "deviceclasses-and-claims.md",
     "configuration.md",
     "troubleshooting.md",
+    "driver-root.md",
     "upgrade.md",
     "security.md",
     "performance.md",

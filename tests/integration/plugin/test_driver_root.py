@@ -1,0 +1,121 @@
+"""The kubelet plugin, as a real process, with a (fake) driver root: every claim's spec gives
+its containers the driver's files; a driver root that is not there stops it at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from kubernetes import client
+
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.kubeletapi.client import DraClient, RegistrationClient
+from dra_driver.kubeletapi.types import ClaimRef
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import DRIVER, create_claim, create_node, result, short_dir
+from tests.support import fake_driver_root
+from tests.support.fake_driver_root import VERSION
+
+NODE = "driver-root-node"
+HOST_ROOT = "/run/nvidia/driver"
+START_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    with short_dir() as path:
+        yield path
+
+
+def _argv(server: ApiServer, root: Path, *extra: str) -> list[str]:
+    kubeconfig = root / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    return [
+        sys.executable,
+        "-m",
+        "kubeletplugin.cli",
+        f"--node-name={NODE}",
+        f"--kubeconfig={kubeconfig}",
+        f"--plugin-dir={root / 'plugin'}",
+        f"--registry-dir={root / 'registry'}",
+        f"--cdi-root={root / 'cdi'}",
+        f"--state-dir={root / 'state'}",
+        "--fake-gpus=H100-SXM5-80GB:2",
+        "--log-format=json",
+        *extra,
+    ]
+
+
+async def _registered(proc: subprocess.Popen[bytes], socket: Path, log: Path) -> None:
+    deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"plugin exited with {proc.returncode}: {log.read_text()}")
+        if socket.exists():
+            try:
+                async with RegistrationClient(socket, 2.0) as reg:
+                    await reg.get_info()
+                return
+            except grpc.aio.AioRpcError:
+                pass
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"plugin did not register in time: {log.read_text()}")
+        await asyncio.sleep(0.05)  # polling a condition, with a deadline
+
+
+async def test_claim_specs_carry_the_driver_files(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    fake = fake_driver_root.build(root / "driver", layout="ubuntu")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_")}
+    env["DRA_CONTAINER_DRIVER_ROOT"] = HOST_ROOT  # the environment reaches the flag too
+    argv = _argv(server, root, f"--driver-root={fake.root}", f"--dev-root={fake.dev}")
+    log = root / "plugin.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
+    try:
+        await _registered(proc, root / "registry" / f"{DRIVER}-reg.sock", log)
+        name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], reserved=True)
+        async with DraClient(root / "plugin" / "dra.sock") as dra:
+            answer = (await dra.prepare([ClaimRef("default", uid, name)]))[uid]
+        assert answer.error == "", answer.error
+    finally:
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 30)
+    specs = CdiSpecDir(root / "cdi")
+    (path,) = specs.claim_specs(f"{DRIVER}/gpu").values()
+    spec = specs.read(path)
+    mounts = {m.container_path: m.host_path for m in spec.edits.mounts}
+    lib = fake.lib_dir
+    for name in ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so"):
+        assert mounts[f"{lib}/{name}.{VERSION}"] == f"{HOST_ROOT}{lib}/{name}.{VERSION}"
+    assert mounts["/usr/bin/nvidia-smi"] == f"{HOST_ROOT}/usr/bin/nvidia-smi"
+    assert f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin" in mounts
+    assert [h.args[1] for h in spec.edits.hooks] == ["create-symlinks", "update-ldcache"]
+    assert "/dev/nvidiactl" in {n.path for n in spec.edits.device_nodes}
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec.edits.env
+
+
+async def test_a_missing_driver_root_stops_the_plugin_naming_it(
+    server: ApiServer, root: Path
+) -> None:
+    missing = root / "no-driver"
+    argv = _argv(server, root, f"--driver-root={missing}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_")}
+    done = await asyncio.to_thread(
+        subprocess.run, argv, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert f"driver root {missing} does not exist" in done.stderr
+    assert not (root / "registry").exists()  # it never got as far as registering

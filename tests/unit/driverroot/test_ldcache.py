@@ -1,0 +1,86 @@
+"""The linker cache reader against files in glibc's binary format."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from dra_driver.driverroot import DriverRootError
+from dra_driver.driverroot.ldcache import (
+    FLAG_ELF_LIBC6,
+    FLAG_X8664_LIB64,
+    OLD_MAGIC,
+    CacheEntry,
+    build_ld_cache,
+    native_abi,
+    parse_ld_cache,
+    read_ld_cache,
+)
+
+ENTRIES = (
+    CacheEntry("libcuda.so.1", "/usr/lib64/libcuda.so.1", FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
+    CacheEntry("libcuda.so.1", "/usr/lib/libcuda.so.1", FLAG_ELF_LIBC6),
+    CacheEntry("libc.so.6", "/usr/lib64/libc.so.6", FLAG_ELF_LIBC6 | FLAG_X8664_LIB64),
+)
+
+
+def test_round_trip_keeps_names_paths_and_flags() -> None:
+    data = build_ld_cache(ENTRIES)
+    assert data.startswith(b"glibc-ld.so.cache1.1")
+    assert parse_ld_cache(data, "cache") == ENTRIES
+    assert ENTRIES[0].abi == FLAG_X8664_LIB64 and ENTRIES[1].abi == 0
+
+
+def test_new_format_behind_the_old_table_is_found() -> None:
+    """glibc before 2.32 wrote an old-format table first; the new one follows, 8-aligned."""
+    old_count = 3
+    old = OLD_MAGIC + b"\0" + struct.pack("<I", old_count) + b"\0" * (12 * old_count)
+    padded = old + b"\0" * (-len(old) % 8)
+    new = build_ld_cache(ENTRIES)
+    assert parse_ld_cache(padded + new, "cache") == ENTRIES
+
+
+def test_big_endian_cache_is_read() -> None:
+    little = build_ld_cache(ENTRIES[:1])
+    header = struct.unpack_from("<20sIIB3xI12x", little)
+    big = bytearray(struct.pack(">20sIIB3xI12x", header[0], header[1], header[2], 3, header[4]))
+    flags, key, value, osv, hwcap = struct.unpack_from("<iIIIQ", little, 48)
+    big += struct.pack(">iIIIQ", flags, key, value, osv, hwcap)
+    big += little[48 + 24 :]
+    assert parse_ld_cache(bytes(big), "cache") == ENTRIES[:1]
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"", "truncated"),
+        (b"not a linker cache at all, just text" * 3, "not in the glibc-ld.so.cache1.1 format"),
+        (build_ld_cache(ENTRIES)[:60], "truncated"),
+    ],
+)
+def test_corrupt_caches_are_refused_with_the_path(data: bytes, problem: str) -> None:
+    with pytest.raises(DriverRootError, match=problem) as caught:
+        parse_ld_cache(data, "/root/etc/ld.so.cache")
+    assert "/root/etc/ld.so.cache" in str(caught.value)
+
+
+def test_string_offsets_outside_the_file_are_refused() -> None:
+    data = bytearray(build_ld_cache(ENTRIES[:1]))
+    struct.pack_into("<I", data, 48 + 4, len(data) + 100)
+    with pytest.raises(DriverRootError, match="outside the file"):
+        parse_ld_cache(bytes(data), "cache")
+
+
+def test_an_unreadable_cache_names_its_path(tmp_path: Path) -> None:
+    cache = tmp_path / "ld.so.cache"
+    cache.mkdir()  # reading a directory fails for root too, unlike a chmod
+    with pytest.raises(DriverRootError, match=f"cannot read the linker cache {cache}"):
+        read_ld_cache(cache)
+
+
+def test_native_abi_of_known_machines() -> None:
+    assert native_abi("x86_64") == FLAG_X8664_LIB64
+    assert native_abi("aarch64") == 0x0A00
+    assert native_abi("riscv64") is None

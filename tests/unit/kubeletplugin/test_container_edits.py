@@ -1,0 +1,79 @@
+"""What a claim's spec holds for real GPUs (`HostDeviceNodes`) and fake ones (`NoDeviceNodes`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cdi import CdiError, ContainerEdits, minimum_version
+from dra_driver.driverroot import discover, driver_edits
+from kubeletplugin.prepare.container_edits import (
+    HandedOut,
+    HostDeviceNodes,
+    NoDeviceNodes,
+    claim_spec,
+)
+from tests.support import fake_driver_root
+
+KIND = "k8s.gpu.dra-driver.dev/gpu"
+
+
+def _gpu(minor: int, mig: tuple[int, int] | None = None) -> HandedOut:
+    return HandedOut(
+        cdi_name=f"claim-gpu-{minor}",
+        device_name=f"gpu-{minor}",
+        device_type="mig" if mig else "gpu",
+        uuid=f"GPU-{minor}",
+        parent_minor=minor,
+        mig_ids=mig,
+    )
+
+
+def _capability(proc: Path, path: str, minor: int) -> None:
+    access = proc / "driver/nvidia/capabilities/gpu1/mig" / path / "access"
+    access.parent.mkdir(parents=True, exist_ok=True)
+    access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
+
+
+def test_a_gpu_gets_its_node_and_a_mig_device_its_capability_nodes(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, gpus=2)
+    proc = tmp_path / "proc"
+    _capability(proc, "gi3", 30)
+    _capability(proc, "gi3/ci0", 31)
+    for cap in (30, 31):
+        (fake.dev / f"nvidia-caps/nvidia-cap{cap}").write_bytes(b"")
+    nodes = HostDeviceNodes(fake.dev, proc)
+    assert [n.path for n in nodes.for_device(_gpu(0))] == ["/dev/nvidia0"]
+    assert [(n.path, n.host_path) for n in nodes.for_device(_gpu(1, (3, 0)))] == [
+        ("/dev/nvidia1", str(fake.dev / "nvidia1")),
+        ("/dev/nvidia-caps/nvidia-cap30", str(fake.dev / "nvidia-caps/nvidia-cap30")),
+        ("/dev/nvidia-caps/nvidia-cap31", str(fake.dev / "nvidia-caps/nvidia-cap31")),
+    ]
+    with pytest.raises(CdiError, match="nvidia5 does not exist"):
+        nodes.for_device(_gpu(5))
+
+
+def test_without_driver_edits_the_common_part_is_control_nodes_and_void(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path)
+    common = HostDeviceNodes(fake.dev, tmp_path).common()
+    assert common.env == ("NVIDIA_VISIBLE_DEVICES=void",)
+    assert [n.path for n in common.device_nodes][:2] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert common.mounts == () and common.hooks == ()
+
+
+def test_a_claim_spec_carries_the_driver_files_once_for_all_devices(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel")
+    edits = driver_edits(discover(fake.root), dev_root=fake.dev)
+    spec = claim_spec(KIND, [_gpu(0), _gpu(1)], HostDeviceNodes(fake.dev, tmp_path, edits))
+    assert spec.edits == edits
+    assert all(not device.edits.mounts for device in spec.devices)
+    assert minimum_version(spec) == "0.5.0"  # the fake dev root's nodes carry a host path
+
+
+def test_fake_gpus_get_the_driver_edits_only_when_given(tmp_path: Path) -> None:
+    assert NoDeviceNodes().common() == ContainerEdits()
+    fake = fake_driver_root.build(tmp_path)
+    edits = driver_edits(discover(fake.root), dev_root=fake.dev)
+    nodes = NoDeviceNodes(edits)
+    assert nodes.common() == edits and nodes.for_device(_gpu(0)) == ()
