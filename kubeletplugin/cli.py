@@ -21,6 +21,7 @@ from dra_driver.logging_setup import configure_logging
 from dra_driver.signals import install_signal_handlers
 from dra_driver.slices import Shape
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
+from kubeletplugin.mps.daemon import DEFAULT_MPS_CONTROL
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=env("DRA_STATE_DIR"),
         help="where the checkpoint lives; default the plugin dir (env DRA_STATE_DIR)",
+    )
+    add(
+        "--host-state-dir",
+        type=Path,
+        default=env("DRA_HOST_STATE_DIR"),
+        help="the state directory as the host sees it, when the plugin's container mounts it at "
+        "another path; MPS pipe directories are mounted into containers from there; default "
+        "the state dir (env DRA_HOST_STATE_DIR)",
+    )
+    add(
+        "--mps-control",
+        type=Path,
+        default=env("DRA_MPS_CONTROL"),
+        help=f"the nvidia-cuda-mps-control binary that runs a GPU's MPS control daemon; default "
+        f"{DEFAULT_MPS_CONTROL}, or a built-in stand-in with --fake-gpus (env DRA_MPS_CONTROL)",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
@@ -177,6 +193,8 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         health_poll_s=args.health_poll_interval,
         delete_slices_on_exit=args.delete_slices_on_exit,
         claim_cache=args.claim_cache,
+        mps_control=args.mps_control,
+        host_state_dir=args.host_state_dir,
     )
 
 

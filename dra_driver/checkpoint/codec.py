@@ -33,6 +33,7 @@ from dra_driver.checkpoint.model import (
     ClaimState,
     DeviceRecord,
     MigInstanceRecord,
+    MpsDaemonRecord,
 )
 
 CURRENT_VERSION = 1
@@ -92,13 +93,33 @@ class EncodeCache:
             parts.append(piece)
         self._pieces = current
         boot_id = canonical_json(checkpoint.boot_id)
-        return f'{{"bootId":{boot_id},"claims":{{{",".join(parts)}}}}}'
+        # "mpsDaemons" sorts after "claims"; absent when empty, as in files written before it.
+        daemons = ""
+        if checkpoint.mps_daemons:
+            daemons = ',"mpsDaemons":' + canonical_json(_daemons_to_data(checkpoint))
+        return f'{{"bootId":{boot_id},"claims":{{{",".join(parts)}}}{daemons}}}'
 
 
 def checkpoint_to_data(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "bootId": checkpoint.boot_id,
         "claims": {uid: _claim_to_data(record) for uid, record in checkpoint.claims.items()},
+    }
+    if checkpoint.mps_daemons:
+        data["mpsDaemons"] = _daemons_to_data(checkpoint)
+    return data
+
+
+def _daemons_to_data(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        uuid: {
+            "uuid": daemon.uuid,
+            "minor": daemon.minor,
+            "pid": daemon.pid,
+            "pipeDir": daemon.pipe_dir,
+            "logDir": daemon.log_dir,
+        }
+        for uuid, daemon in checkpoint.mps_daemons.items()
     }
 
 
@@ -137,6 +158,8 @@ def _device_to_data(device: DeviceRecord) -> dict[str, Any]:
         data["mpsThreadPercentage"] = device.mps_thread_percentage
     if device.mps_pinned_memory_bytes is not None:
         data["mpsPinnedMemoryBytes"] = device.mps_pinned_memory_bytes
+    if device.mps_uuid is not None:
+        data["mpsUuid"] = device.mps_uuid
     return data
 
 
@@ -265,7 +288,31 @@ def _checkpoint_from_data(data: dict[str, Any]) -> Checkpoint:
         if record.uid != uid:
             raise _ShapeError(f"data.claims[{uid!r}].uid: {record.uid!r} differs from its key")
         claims[uid] = record
-    return Checkpoint(boot_id=boot_id, claims=claims)
+    raw_daemons = reader.raw("mpsDaemons")
+    if raw_daemons is None:
+        raw_daemons = {}
+    if not isinstance(raw_daemons, dict):
+        raise _ShapeError(f"data.mpsDaemons: expected an object, found {_type_name(raw_daemons)}")
+    daemons: dict[str, MpsDaemonRecord] = {}
+    for uuid, raw in raw_daemons.items():
+        daemon = _daemon_from_data(raw, f"data.mpsDaemons[{uuid!r}]")
+        if daemon.uuid != uuid:
+            raise _ShapeError(
+                f"data.mpsDaemons[{uuid!r}].uuid: {daemon.uuid!r} differs from its key"
+            )
+        daemons[uuid] = daemon
+    return Checkpoint(boot_id=boot_id, claims=claims, mps_daemons=daemons)
+
+
+def _daemon_from_data(value: object, where: str) -> MpsDaemonRecord:
+    reader = _Reader(value, where)
+    return MpsDaemonRecord(
+        uuid=reader.string("uuid"),
+        minor=reader.integer("minor"),
+        pid=reader.integer("pid"),
+        pipe_dir=reader.string("pipeDir"),
+        log_dir=reader.string("logDir"),
+    )
 
 
 def _claim_from_data(value: object, where: str) -> ClaimRecord:
@@ -301,6 +348,7 @@ def _device_from_data(value: object, where: str) -> DeviceRecord:
         timeslice_interval=reader.optional_string("timesliceInterval"),
         mps_thread_percentage=reader.optional_integer("mpsThreadPercentage"),
         mps_pinned_memory_bytes=reader.optional_integer("mpsPinnedMemoryBytes"),
+        mps_uuid=reader.optional_string("mpsUuid"),
     )
 
 
