@@ -124,6 +124,7 @@ class Preparer:
         """Without `mps`, MPS limits only travel in the environment and no daemon is run."""
         self._backend = backend
         self._mps = mps
+        self._mps_health_seen = 0
         self._claims = claims
         self._claim_cache = claim_cache
         self._store = store
@@ -576,7 +577,6 @@ class Preparer:
         changed."""
         if self._mps is None:
             return False
-        before = self._mps.health_version
         for uuid, minor in sorted(self.mps_users().items()):
             async with self._locked_gpus([minor]):
                 if uuid not in self.mps_users():
@@ -588,7 +588,10 @@ class Preparer:
                 current = await self._mps.revive(recorded)
                 if current != recorded:
                     await self._commit(self._checkpoint.with_mps_daemon(current))
-        return self._mps.health_version != before
+        # Also changes made by unprepare (a failing daemon no claim needs any more).
+        changed = self._mps.health_version != self._mps_health_seen
+        self._mps_health_seen = self._mps.health_version
+        return changed
 
     async def _create_mig(
         self, record: ClaimRecord, target: OnDemandMig

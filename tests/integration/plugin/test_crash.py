@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake.mps_control import terminate_daemons
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
@@ -136,6 +137,7 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Plug
             if running.proc is not None and running.proc.poll() is None:
                 running.proc.kill()
                 running.proc.wait()
+            terminate_daemons(root)
 
 
 def allocated(api: client.ApiClient, *results: dict[str, Any]) -> ClaimRef:
