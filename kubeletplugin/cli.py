@@ -58,6 +58,8 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         health_poll_s=args.health_poll_interval,
         delete_slices_on_exit=args.delete_slices_on_exit,
         claim_cache=args.claim_cache,
+        mps_control=args.mps_control,
+        host_state_dir=args.host_state_dir,
     )
 
 

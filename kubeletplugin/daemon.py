@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,6 +33,8 @@ from dra_driver.kube_client import api_client
 from dra_driver.slices import Shape, SliceSettings, build_resource_slices
 from kubeletplugin.health import HealthMonitor
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
+from kubeletplugin.mps.daemon import DEFAULT_MPS_CONTROL, MpsControl
+from kubeletplugin.mps.manager import MpsManager
 from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import KubernetesClaimSource
 from kubeletplugin.prepare.container_edits import DeviceNodes, HostDeviceNodes, NoDeviceNodes
@@ -80,6 +83,26 @@ class PluginConfig:
     driver_root: Path | None = None
     # The same directory as the container runtime sees it; None: `driver_root`.
     container_driver_root: PurePosixPath | None = None
+    # nvidia-cuda-mps-control; None: the driver's own under the driver root (/ with NVML), or
+    # the built-in fake with fake GPUs (dra_driver/backends/fake/mps_control.py).
+    mps_control: Path | None = None
+    # The state directory as the host (the container runtime) sees it, when the plugin's
+    # container mounts it elsewhere: the MPS pipe directories are mounted from there.
+    host_state_dir: Path | None = None
+    # A GPU's shares turn unhealthy when its MPS daemon fails this often within the window.
+    mps_max_failures: int = 3
+    mps_failure_window_s: float = 300.0
+
+
+def mps_command(config: PluginConfig) -> tuple[str, ...]:
+    """How to run the MPS control tool (the fake one runs under this interpreter)."""
+    if config.mps_control is not None:
+        return (str(config.mps_control),)
+    if config.fake_gpus:
+        return (sys.executable, "-m", "dra_driver.backends.fake.mps_control")
+    if config.driver_root is not None:
+        return (str(config.driver_root / DEFAULT_MPS_CONTROL.relative_to("/")),)
+    return (str(DEFAULT_MPS_CONTROL),)
 
 
 def make_backend(config: PluginConfig) -> GpuBackend:
@@ -161,6 +184,15 @@ class PluginDaemon:
             if config.claim_cache
             else None
         )
+        self.mps = MpsManager(
+            MpsControl(mps_command(config)),
+            config.state_dir / "mps",
+            (config.host_state_dir or config.state_dir) / "mps",
+            max_failures=config.mps_max_failures,
+            failure_window_s=config.mps_failure_window_s,
+            on_running=self.metrics.set_mps_daemons,
+            on_restart=self.metrics.record_mps_restart,
+        )
         self.preparer = Preparer(
             backend=self.backend,
             claims=self.claims,
@@ -173,9 +205,14 @@ class PluginDaemon:
             crash=CrashPoints.from_environment(),
             on_prepared_devices=self.metrics.set_prepared_devices,
             claim_cache=self.claim_cache,
+            mps=self.mps,
         )
         self.health = HealthMonitor(
-            self.backend, config.driver_name, config.node_name, lambda: self.devices
+            self.backend,
+            config.driver_name,
+            config.node_name,
+            lambda: self.devices,
+            mps_unhealthy=self.mps.unhealthy,
         )
         self.publisher = SlicePublisher(
             KubernetesSliceStore(self.api),
@@ -206,6 +243,7 @@ class PluginDaemon:
             node_uid=self.owner.uid,
             dynamic_instances=self.preparer.dynamic_instances(),
             taints=self.health.taints(),
+            device_taints=self.health.device_taints(),
         )
         slices = build_resource_slices(self.backend.inventory(), settings)
         self.devices = device_minors(slices)
@@ -213,6 +251,19 @@ class PluginDaemon:
 
     async def _health_changed(self) -> None:
         self.publish_loop.request()
+
+    async def _watch_mps(self, interval_s: float, stop: asyncio.Event) -> None:
+        """Start again MPS daemons that died under their clients; a GPU whose daemon keeps
+        failing reaches the slices and kubelet's health stream like a GPU fault."""
+        while not stop.is_set():
+            try:
+                if await self.preparer.check_mps():
+                    await self._health_changed()
+                    await self.health.notify()
+            except Exception as err:
+                log.warning("checking MPS control daemons failed", error=str(err))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
@@ -254,6 +305,7 @@ class PluginDaemon:
             asyncio.create_task(
                 self.health.run(config.health_poll_s, self._health_changed, stop), name="health"
             ),
+            asyncio.create_task(self._watch_mps(config.health_poll_s, stop), name="mps"),
         ]
         self.ready.set()
         log.info(

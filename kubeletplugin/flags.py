@@ -63,6 +63,22 @@ FLAGS: tuple[Flag, ...] = (
         help="where the checkpoint lives; default the plugin dir",
     ),
     Flag(
+        "--host-state-dir",
+        env="DRA_HOST_STATE_DIR",
+        type=Path,
+        help="the state directory as the host sees it, when the plugin's container mounts it at "
+        "another path; MPS pipe directories are mounted into containers from there; default "
+        "the state dir",
+    ),
+    Flag(
+        "--mps-control",
+        env="DRA_MPS_CONTROL",
+        type=Path,
+        help="the nvidia-cuda-mps-control binary that runs a GPU's MPS control daemon; default "
+        "usr/bin/nvidia-cuda-mps-control under the driver root (/ with --nvml), or a built-in "
+        "stand-in with --fake-gpus",
+    ),
+    Flag(
         "--fake-gpus",
         env="DRA_FAKE_GPUS",
         exclusive=GPU_SOURCE,

@@ -6,6 +6,9 @@ device of the GPU gets a `NoSchedule` taint in the published slices (the schedul
 nothing is evicted), and kubelet is told through `NodeWatchResources` so the pod status shows the
 device as unhealthy. Recovery removes the taint. Events are polled because both backends expose
 them as a drain-on-read queue; the poll interval bounds how late a fault is noticed.
+
+A GPU's MPS control daemon that keeps failing makes only its fractional-share device unhealthy
+(`<driver>/mps-unhealthy`): whole GPUs and MIG devices of that GPU do not depend on it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dra_driver.backends.base import DeviceHealth, GpuBackend
 from dra_driver.kubeletapi.types import DeviceHealthStatus, Health
 
 log = structlog.get_logger(__name__)
+
+SHARED_SUFFIX = "-shared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +48,11 @@ class HealthMonitor:
         *,
         check_timeout_s: int = 60,
         clock: Callable[[], float] = time.time,
+        mps_unhealthy: Callable[[], Mapping[int, str]] | None = None,
     ) -> None:
-        """`devices_of` returns the published device names with their GPU's minor."""
+        """`devices_of` returns the published device names with their GPU's minor;
+        `mps_unhealthy` the GPUs whose MPS shares cannot be served, with the reason."""
+        self._mps_unhealthy = mps_unhealthy or dict
         self._backend = backend
         self._driver = driver_name
         self._pool = pool_name
@@ -94,13 +102,38 @@ class HealthMonitor:
             taints[minor] = [taint]
         return taints
 
+    @property
+    def mps_taint_key(self) -> str:
+        return f"{self._driver}/mps-unhealthy"
+
+    def _mps_failing(self, device: str, minor: int) -> str | None:
+        if not device.endswith(SHARED_SUFFIX):
+            return None
+        return self._mps_unhealthy().get(minor)
+
+    def device_taints(self) -> dict[str, list[dict[str, Any]]]:
+        """Taints of single devices, keyed by device name: shares whose MPS daemon fails."""
+        failing = self._mps_unhealthy()
+        return {
+            device: [{"key": self.mps_taint_key, "value": "daemon-failing", "effect": "NoSchedule"}]
+            for device, minor in self._devices_of().items()
+            if device.endswith(SHARED_SUFFIX) and minor in failing
+        }
+
     def statuses(self) -> list[DeviceHealthStatus]:
         """Every published device with its GPU's health: the full list kubelet expects."""
         result: list[DeviceHealthStatus] = []
         now = int(self._clock())
         for device, minor in sorted(self._devices_of().items()):
             health = self._gpus.get(minor)
-            if health is None or health.healthy:
+            mps = self._mps_failing(device, minor)
+            if mps is not None and (health is None or health.healthy):
+                result.append(
+                    DeviceHealthStatus(
+                        self._pool, device, Health.UNHEALTHY, now, self._timeout, mps
+                    )
+                )
+            elif health is None or health.healthy:
                 result.append(
                     DeviceHealthStatus(
                         self._pool,

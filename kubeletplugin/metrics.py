@@ -55,6 +55,16 @@ class PluginMetrics:
             "Devices currently prepared on this node.",
             registry=self.registry,
         )
+        self.mps_daemons = Gauge(
+            "dra_mps_daemons",
+            "MPS control daemons the plugin runs for GPUs with MPS clients.",
+            registry=self.registry,
+        )
+        self.mps_restarts = Counter(
+            "dra_mps_daemon_restarts",
+            "MPS control daemons found dead under their clients and started again.",
+            registry=self.registry,
+        )
         # The outcome series exist from the start, so a scrape shows zeros before the first
         # call; they and the duration series are looked up once, not on every call.
         self._prepared = {o: self.prepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}
@@ -83,6 +93,12 @@ class PluginMetrics:
 
     def set_prepared_devices(self, n: int) -> None:
         self.prepared_devices.set(n)
+
+    def set_mps_daemons(self, n: int) -> None:
+        self.mps_daemons.set(n)
+
+    def record_mps_restart(self) -> None:
+        self.mps_restarts.inc()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
         """Start the HTTP exposition server in a thread; port 0 lets the OS choose."""

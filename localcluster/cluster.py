@@ -1,5 +1,6 @@
 """The whole local cluster in one object: API server, control-plane stand-ins, and per node a
-kubelet plugin process with fake GPUs and a node agent playing kubelet toward it.
+kubelet plugin process with fake GPUs and a node agent playing kubelet toward it. The plugins
+run MPS control daemons through the fake `nvidia-cuda-mps-control`, their default with fake GPUs.
 
 The plugin runs as a separate process (`python -m kubeletplugin.cli`), the way it runs on a real
 node: it has its own event loop, its own checkpoint and fake-GPU state files, and it can be
@@ -26,6 +27,7 @@ import structlog
 from kubernetes import client, dynamic
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends.fake.mps_control import terminate_daemons
 from localcluster.apiserver import ApiServer
 from localcluster.cli.local_cluster import DEFAULT_GPUS
 from localcluster.roles import claims_from_templates, scheduler
@@ -233,6 +235,9 @@ class LocalCluster:
                 await task
         for node in self.nodes:
             await self.stop_plugin(node)
+            # MPS daemons outlive a plugin on purpose (their clients keep running); the local
+            # cluster's nodes go away with it, so their daemons go too.
+            await asyncio.to_thread(terminate_daemons, node.state_dir)
         for controller in self.controllers:
             await self.stop_controller(controller)
         if self.api is not None:

@@ -192,6 +192,16 @@ def _judge(cluster: LocalCluster, reports: dict[tuple[str, str], PodReport]) -> 
             missing = sorted({env_key(d) for _, d in allocated} - set(env))
             if missing:
                 report.problems.append(f"the container environment lacks {', '.join(missing)}")
+        if "CUDA_MPS_PIPE_DIRECTORY" in env and not _mps_daemon_runs(cluster, report.node):
+            report.problems.append("its MPS clients have no control daemon on the node")
+
+
+def _mps_daemon_runs(cluster: LocalCluster, node_name: str | None) -> bool:
+    """Whether some MPS control daemon listens on the node (its `control` pipe exists)."""
+    for node in cluster.nodes:
+        if node.name == node_name:
+            return any(node.state_dir.glob("mps/*/pipe/control"))
+    return False
 
 
 def _print_pod(report: PodReport, out: TextIO) -> None:
@@ -261,10 +271,12 @@ async def _delete_and_check_release(
         gpus = FakeBackend.from_spec(cluster.gpus, node.name, state_dir=node.fake_state_dir)
         left = [gi for gpu in gpus.gpus for gi in gpus.gpu_instances(gpu.minor)]
         specs = sorted(p.name for p in node.cdi_root.glob("*.yaml"))
-        if left or specs:
+        daemons = sorted(p.parent.parent.name for p in node.state_dir.glob("mps/*/pipe/control"))
+        if left or specs or daemons:
             for report in reports.values():
                 if report.node == node.name:
                     report.problems.append(
-                        f"{node.name} still has {len(left)} MIG instance(s) and "
-                        f"{len(specs)} CDI spec(s) after every pod was released"
+                        f"{node.name} still has {len(left)} MIG instance(s), "
+                        f"{len(specs)} CDI spec(s) and {len(daemons)} MPS daemon(s) after every "
+                        "pod was released"
                     )

@@ -22,6 +22,7 @@ from dra_driver.checkpoint.model import (
     ClaimState,
     DeviceRecord,
     MigInstanceRecord,
+    MpsDaemonRecord,
 )
 from dra_driver.checkpoint.store import CheckpointStore, LoadResult
 
@@ -38,6 +39,7 @@ __all__ = [
     "EncodeCache",
     "LoadResult",
     "MigInstanceRecord",
+    "MpsDaemonRecord",
     "NewerCheckpointError",
     "decode_checkpoint",
     "encode_checkpoint",

@@ -33,6 +33,7 @@ from dra_driver.checkpoint.model import (
     ClaimState,
     DeviceRecord,
     MigInstanceRecord,
+    MpsDaemonRecord,
 )
 from dra_driver.typed_json import JsonObject, JsonShapeError
 
@@ -93,13 +94,33 @@ class EncodeCache:
             parts.append(piece)
         self._pieces = current
         boot_id = canonical_json(checkpoint.boot_id)
-        return f'{{"bootId":{boot_id},"claims":{{{",".join(parts)}}}}}'
+        # "mpsDaemons" sorts after "claims"; absent when empty, as in files written before it.
+        daemons = ""
+        if checkpoint.mps_daemons:
+            daemons = ',"mpsDaemons":' + canonical_json(_daemons_to_data(checkpoint))
+        return f'{{"bootId":{boot_id},"claims":{{{",".join(parts)}}}{daemons}}}'
 
 
 def checkpoint_to_data(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "bootId": checkpoint.boot_id,
         "claims": {uid: _claim_to_data(record) for uid, record in checkpoint.claims.items()},
+    }
+    if checkpoint.mps_daemons:
+        data["mpsDaemons"] = _daemons_to_data(checkpoint)
+    return data
+
+
+def _daemons_to_data(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        uuid: {
+            "uuid": daemon.uuid,
+            "minor": daemon.minor,
+            "pid": daemon.pid,
+            "pipeDir": daemon.pipe_dir,
+            "logDir": daemon.log_dir,
+        }
+        for uuid, daemon in checkpoint.mps_daemons.items()
     }
 
 
@@ -138,6 +159,8 @@ def _device_to_data(device: DeviceRecord) -> dict[str, Any]:
         data["mpsThreadPercentage"] = device.mps_thread_percentage
     if device.mps_pinned_memory_bytes is not None:
         data["mpsPinnedMemoryBytes"] = device.mps_pinned_memory_bytes
+    if device.mps_uuid is not None:
+        data["mpsUuid"] = device.mps_uuid
     return data
 
 
@@ -203,7 +226,24 @@ def _checkpoint_from_data(data: JsonObject) -> Checkpoint:
         if record.uid != uid:
             raise JsonShapeError(raw.path_of("uid"), f"{record.uid!r} differs from its key")
         claims[uid] = record
-    return Checkpoint(boot_id=boot_id, claims=claims)
+    raw_daemons = data.optional_nested("mpsDaemons")
+    daemons: dict[str, MpsDaemonRecord] = {}
+    for uuid, raw in (raw_daemons.object_members() if raw_daemons is not None else {}).items():
+        daemon = _daemon_from_data(raw)
+        if daemon.uuid != uuid:
+            raise JsonShapeError(raw.path_of("uuid"), f"{daemon.uuid!r} differs from its key")
+        daemons[uuid] = daemon
+    return Checkpoint(boot_id=boot_id, claims=claims, mps_daemons=daemons)
+
+
+def _daemon_from_data(daemon: JsonObject) -> MpsDaemonRecord:
+    return MpsDaemonRecord(
+        uuid=daemon.string("uuid"),
+        minor=daemon.integer("minor", minimum=0),
+        pid=daemon.integer("pid", minimum=0),
+        pipe_dir=daemon.string("pipeDir"),
+        log_dir=daemon.string("logDir"),
+    )
 
 
 def _claim_from_data(claim: JsonObject) -> ClaimRecord:
@@ -239,6 +279,7 @@ def _device_from_data(device: JsonObject) -> DeviceRecord:
         timeslice_interval=device.optional_string("timesliceInterval"),
         mps_thread_percentage=device.optional_integer("mpsThreadPercentage", minimum=0),
         mps_pinned_memory_bytes=device.optional_integer("mpsPinnedMemoryBytes", minimum=0),
+        mps_uuid=device.optional_string("mpsUuid"),
     )
 
 

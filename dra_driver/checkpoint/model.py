@@ -10,7 +10,7 @@ Records are immutable; a new checkpoint is derived for every change and saved wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -44,6 +44,21 @@ class DeviceRecord:
     timeslice_interval: str | None = None
     mps_thread_percentage: int | None = None
     mps_pinned_memory_bytes: int | None = None
+    # UUID of the GPU (or MIG device) whose MPS control daemon serves this device's clients.
+    mps_uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class MpsDaemonRecord:
+    """An MPS control daemon the plugin started: enough to find it again after a restart (its
+    pid, checked against the pid file in its pipe directory) instead of starting a second one
+    under running clients."""
+
+    uuid: str
+    minor: int
+    pid: int
+    pipe_dir: str
+    log_dir: str
 
 
 @dataclass(frozen=True)
@@ -61,12 +76,14 @@ class ClaimRecord:
 class Checkpoint:
     boot_id: str
     claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
+    # MPS control daemons by the UUID of the device they serve.
+    mps_daemons: Mapping[str, MpsDaemonRecord] = field(default_factory=dict)
 
     def with_claim(self, record: ClaimRecord) -> Checkpoint:
         """A copy with `record` added or replacing the record of the same UID."""
         claims = dict(self.claims)
         claims[record.uid] = record
-        return Checkpoint(boot_id=self.boot_id, claims=claims)
+        return replace(self, claims=claims)
 
     def without_claim(self, uid: str) -> Checkpoint:
         """A copy without that claim; the same checkpoint when it is not recorded."""
@@ -74,4 +91,16 @@ class Checkpoint:
             return self
         claims = dict(self.claims)
         del claims[uid]
-        return Checkpoint(boot_id=self.boot_id, claims=claims)
+        return replace(self, claims=claims)
+
+    def with_mps_daemon(self, record: MpsDaemonRecord) -> Checkpoint:
+        daemons = dict(self.mps_daemons)
+        daemons[record.uuid] = record
+        return replace(self, mps_daemons=daemons)
+
+    def without_mps_daemon(self, uuid: str) -> Checkpoint:
+        if uuid not in self.mps_daemons:
+            return self
+        daemons = dict(self.mps_daemons)
+        del daemons[uuid]
+        return replace(self, mps_daemons=daemons)

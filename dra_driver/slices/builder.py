@@ -71,6 +71,8 @@ class SliceSettings:
     # Taints (wire shape) for every device of a GPU, keyed by minor: how health reaches the
     # scheduler.
     taints: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    # Taints of single devices, keyed by device name (a share whose MPS daemon fails).
+    device_taints: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.timeslice_shares < 0:
@@ -333,9 +335,10 @@ def build_resource_slices(inventory: Inventory, settings: SliceSettings) -> list
         else:
             devices = _fallback_devices(gpu, static, settings)
         taints = [dict(t) for t in settings.taints.get(gpu.minor, ())]
-        if taints:
-            for device in devices:
-                device["taints"] = taints
+        for device in devices:
+            own = [dict(t) for t in settings.device_taints.get(device["name"], ())]
+            if taints or own:
+                device["taints"] = [*taints, *own]
         if devices:
             device_slices.append((f"gpu-{gpu.minor}", devices))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.cdi import CdiDevice, CdiSpec, ContainerEdits, DeviceNode, qualified_name
+from dra_driver.cdi import CdiDevice, CdiSpec, ContainerEdits, DeviceNode, Mount, qualified_name
 from dra_driver.cdi.nvidia import control_device_nodes, gpu_device_nodes, mig_device_nodes
 
 
@@ -36,6 +36,8 @@ class HandedOut:
     mig_ids: tuple[int, int] | None = None
     sharing: str | None = None
     extra_env: tuple[str, ...] = ()
+    # The MPS pipe directory, for a device whose clients use MPS.
+    mounts: tuple[Mount, ...] = ()
 
 
 def env_key(device_name: str) -> str:
@@ -107,7 +109,11 @@ def claim_spec(kind: str, items: Sequence[HandedOut], nodes: DeviceNodes) -> Cdi
     devices = tuple(
         CdiDevice(
             name=item.cdi_name,
-            edits=ContainerEdits(env=device_environment(item), device_nodes=nodes.for_device(item)),
+            edits=ContainerEdits(
+                env=device_environment(item),
+                device_nodes=nodes.for_device(item),
+                mounts=item.mounts,
+            ),
         )
         for item in items
     )

@@ -24,8 +24,12 @@ PREPARE_STARTED = "prepare-started"  # PrepareStarted saved, no side effect yet
 PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance created, no compute instance
 PREPARE_MIG_DEVICE = "prepare-mig-device"  # compute instance created too, not yet recorded
 PREPARE_MIG_RECORDED = "prepare-mig-recorded"  # the MIG device is in the checkpoint
+# The first share of a GPU started its MPS control daemon; nothing on disk records it yet.
+PREPARE_MPS_STARTED = "prepare-mps-started"
 PREPARE_CDI_WRITTEN = "prepare-cdi-written"  # CDI spec written, still PrepareStarted
 PREPARE_COMPLETED = "prepare-completed"  # PrepareCompleted saved, answer not yet sent
+# The last share of a GPU told its MPS control daemon to quit; the claim is still recorded.
+UNPREPARE_MPS_STOPPED = "unprepare-mps-stopped"
 UNPREPARE_COMPUTE_INSTANCE = "unprepare-compute-instance"  # CI destroyed, GI still there
 UNPREPARE_MIG_DESTROYED = "unprepare-mig-destroyed"  # MIG device gone, record still there
 UNPREPARE_CDI_DELETED = "unprepare-cdi-deleted"  # CDI spec gone, record still there
@@ -46,7 +50,9 @@ UNPREPARE_STEPS = (
     UNPREPARE_CDI_DELETED,
     UNPREPARE_FORGOTTEN,
 )
-STEPS = frozenset(PREPARE_STEPS + UNPREPARE_STEPS)
+# Reached only by claims whose clients use MPS (shares, MPS configs): tested on their own.
+MPS_STEPS = (PREPARE_MPS_STARTED, UNPREPARE_MPS_STOPPED)
+STEPS = frozenset(PREPARE_STEPS + UNPREPARE_STEPS + MPS_STEPS)
 
 
 class CrashPoints:

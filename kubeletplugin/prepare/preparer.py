@@ -11,6 +11,11 @@ rolling back a started claim is the same code as unpreparing a completed one. Cl
 run concurrently; a lock per physical GPU serialises the MIG and time-slice changes that touch the
 same GPU, and a lock per claim UID makes a repeated call wait for the first one and then return
 its answer.
+
+A device whose clients use MPS (a fractional share, an MPS config) needs the MPS control daemon
+of its GPU: the first such claim on a GPU starts it, the last one to leave stops it, and who
+needs a daemon is always derived from the claims, like the time-slice setting, so recovery and
+the periodic check can put the node right from the checkpoint alone.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from api import AllocatedDevice, ConfigError, resolve_device_configs
 from api.v1alpha1 import DeviceConfig
 from dra_driver.backends.base import GpuBackend, TimeSliceInterval
 from dra_driver.backends.errors import BackendError, InUseError, NotFoundError
-from dra_driver.cdi import CdiSpecDir
+from dra_driver.cdi import CdiSpecDir, Mount
 from dra_driver.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -39,6 +44,7 @@ from dra_driver.checkpoint import (
 )
 from dra_driver.inventory.model import Inventory
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
+from kubeletplugin.mps.manager import CONTAINER_PIPE_DIR, MpsManager
 from kubeletplugin.prepare import faults
 from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import (
@@ -58,6 +64,7 @@ from kubeletplugin.prepare.sharing import (
     requested_interval,
     strictest,
     timeslice_users,
+    uses_mps,
 )
 from kubeletplugin.prepare.targets import (
     FractionalShare,
@@ -91,6 +98,8 @@ class _Planned:
     record: DeviceRecord
     limits: MpsLimits
     sharing: str | None
+    # Its clients go through the MPS control daemon of the device they get.
+    mps: bool = False
 
 
 class Preparer:
@@ -110,8 +119,12 @@ class Preparer:
         crash: faults.CrashPoints | None = None,
         on_prepared_devices: Callable[[int], None] | None = None,
         claim_cache: ClaimCache | None = None,
+        mps: MpsManager | None = None,
     ) -> None:
+        """Without `mps`, MPS limits only travel in the environment and no daemon is run."""
         self._backend = backend
+        self._mps = mps
+        self._mps_health_seen = 0
         self._claims = claims
         self._claim_cache = claim_cache
         self._store = store
@@ -285,9 +298,10 @@ class Preparer:
                 await self._commit(self._checkpoint.with_claim(record))
                 self._crash.reached(faults.PREPARE_STARTED)
             else:
-                # The CDI spec is the only side effect, and start-up recovery deletes every
-                # spec that no record owns: the record need not be durable before the spec is
-                # written, so it is only kept in memory (where a failed attempt's rollback
+                # The CDI spec is the only side effect besides an MPS daemon, and start-up
+                # recovery deletes every spec and stops every daemon that no record needs
+                # (daemons are found through their pid files): the record need not be durable
+                # before them, so it is only kept in memory (where a failed attempt's rollback
                 # finds it); the PrepareCompleted save below is the first one.
                 self._checkpoint = self._checkpoint.with_claim(record)
             try:
@@ -337,7 +351,11 @@ class Preparer:
             taken[cdi_name] = taken.get(cdi_name, 0) + 1
             if taken[cdi_name] > 1:  # the same shareable device twice in one claim
                 cdi_name = f"{cdi_name}-{taken[cdi_name]}"
-            limits, sharing, interval = self._sharing(result, target, config, label)
+            limits, sharing, interval, mps = self._sharing(result, target, config, label)
+            mps_uuid = None
+            if mps and self._mps is not None and not isinstance(target, OnDemandMig):
+                # An on-demand MIG device has its UUID only once it exists (see _apply).
+                mps_uuid = target.uuid if isinstance(target, StaticMig) else target.gpu.uuid
             record = DeviceRecord(
                 request_names=(result.base_request,),
                 pool_name=result.pool,
@@ -349,30 +367,34 @@ class Preparer:
                 timeslice_interval=interval,
                 mps_thread_percentage=limits.thread_percentage,
                 mps_pinned_memory_bytes=limits.pinned_memory_bytes,
+                mps_uuid=mps_uuid,
             )
-            planned.append(_Planned(result, target, record, limits, sharing))
+            planned.append(_Planned(result, target, record, limits, sharing, mps))
         return planned
 
     def _sharing(
         self, result: AllocatedResult, target: Target, config: DeviceConfig, label: str
-    ) -> tuple[MpsLimits, str | None, str | None]:
-        """MPS limits, the sharing description for the environment, and the time-slice interval
-        this device asks for (None: it does not take part in the GPU's time-slice setting)."""
+    ) -> tuple[MpsLimits, str | None, str | None, bool]:
+        """MPS limits, the sharing description for the environment, the time-slice interval
+        this device asks for (None: it does not take part in the GPU's time-slice setting), and
+        whether its clients go through an MPS control daemon."""
         if result.admin_access:
-            return MpsLimits(), None, None
+            return MpsLimits(), None, None, False
         if isinstance(target, FractionalShare):
             limits = granted_limits(result.consumed_capacity, f"{label}: {result.where}")
-            return limits, _describe_mps(limits), None
+            return limits, _describe_mps(limits), None, True
         interval = requested_interval(config)
         if isinstance(target, TimeSliceShare):
             chosen = interval or TimeSliceInterval.DEFAULT
-            return MpsLimits(), f"TimeSlicing:{_interval_name(chosen)}", _interval_name(chosen)
+            name = _interval_name(chosen)
+            return MpsLimits(), f"TimeSlicing:{name}", name, False
         if interval is not None:  # a whole GPU shared by the claim's containers
-            return MpsLimits(), f"TimeSlicing:{_interval_name(interval)}", _interval_name(interval)
+            name = _interval_name(interval)
+            return MpsLimits(), f"TimeSlicing:{name}", name, False
         limits = config_limits(config, target.gpu.index, target.gpu.uuid)
-        if limits != MpsLimits():
-            return limits, _describe_mps(limits), None
-        return limits, None, None
+        if uses_mps(config):
+            return limits, _describe_mps(limits), None, True
+        return limits, None, None, False
 
     def _check_exclusive(self, ref: ClaimRef, planned: Sequence[_Planned]) -> None:
         holders: dict[str, ClaimRecord] = {}
@@ -423,6 +445,7 @@ class Preparer:
             else:
                 uuids[position] = target.gpu.uuid
         await self._apply_timeslices({r.minor for r in record.devices if r.timeslice_interval})
+        record = await self._start_mps(record, planned, uuids)
         items = [
             HandedOut(
                 cdi_name=item.record.cdi_device_ids[0].split("=", 1)[1],
@@ -432,7 +455,8 @@ class Preparer:
                 parent_minor=item.target.gpu.minor,
                 mig_ids=mig_ids.get(position),
                 sharing=item.sharing,
-                extra_env=item.limits.environment(),
+                extra_env=self._mps_environment(record.devices[position], item.limits),
+                mounts=self._mps_mounts(record.devices[position]),
             )
             for position, item in enumerate(planned)
         ]
@@ -442,6 +466,132 @@ class Preparer:
         self._checkpoint = self._checkpoint.with_claim(record)
         self._crash.reached(faults.PREPARE_CDI_WRITTEN)
         return record
+
+    # ---- MPS -------------------------------------------------------------------------------
+
+    async def _start_mps(
+        self, record: ClaimRecord, planned: Sequence[_Planned], uuids: Mapping[int, str]
+    ) -> ClaimRecord:
+        """Make sure the MPS control daemon of every device whose clients use MPS runs: the
+        first share of a GPU starts it, the others find it running."""
+        if self._mps is None or not any(item.mps for item in planned):
+            return record
+        devices = list(record.devices)
+        for position, item in enumerate(planned):
+            if item.mps and devices[position].mps_uuid is None:
+                devices[position] = replace(devices[position], mps_uuid=uuids[position])
+        record = replace(record, devices=tuple(devices))
+        # In the checkpoint before the daemon starts, so a failure's rollback stops it again.
+        self._checkpoint = self._checkpoint.with_claim(record)
+        wanted = {d.mps_uuid: d.minor for d in devices if d.mps_uuid and d.minor is not None}
+        for uuid, minor in sorted(wanted.items()):
+            await self._ensure_mps(uuid, minor)
+        return record
+
+    async def _ensure_mps(self, uuid: str, minor: int) -> None:
+        assert self._mps is not None
+        daemon, started = await self._mps.ensure(uuid, minor)
+        if self._checkpoint.mps_daemons.get(uuid) != daemon:
+            self._checkpoint = self._checkpoint.with_mps_daemon(daemon)
+        self._mps.report_running(len(self._checkpoint.mps_daemons))
+        if started:
+            self._crash.reached(faults.PREPARE_MPS_STARTED)
+
+    def _mps_environment(self, device: DeviceRecord, limits: MpsLimits) -> tuple[str, ...]:
+        if device.mps_uuid is None:
+            return limits.environment()
+        return (f"CUDA_MPS_PIPE_DIRECTORY={CONTAINER_PIPE_DIR}", *limits.environment())
+
+    def _mps_mounts(self, device: DeviceRecord) -> tuple[Mount, ...]:
+        if device.mps_uuid is None or self._mps is None:
+            return ()
+        return (
+            Mount(
+                host_path=str(self._mps.host_pipe_dir(device.mps_uuid)),
+                container_path=CONTAINER_PIPE_DIR,
+                options=("rw", "nosuid", "nodev", "bind"),
+            ),
+        )
+
+    def mps_users(self, *, exclude: str | None = None) -> dict[str, int]:
+        """UUID -> GPU minor of every MPS daemon that a recorded claim needs."""
+        return {
+            device.mps_uuid: device.minor
+            for uid, record in self._checkpoint.claims.items()
+            if uid != exclude
+            for device in record.devices
+            if device.mps_uuid is not None and device.minor is not None
+        }
+
+    async def _release_mps(self, record: ClaimRecord) -> None:
+        """Stop the daemons only this claim still needs (the last share of a GPU leaving)."""
+        if self._mps is None:
+            return
+        others = self.mps_users(exclude=record.uid)
+        mine = {d.mps_uuid: d.minor for d in record.devices if d.mps_uuid and d.minor is not None}
+        for uuid, minor in sorted(mine.items()):
+            if uuid in others:
+                continue
+            recorded = self._checkpoint.mps_daemons.get(uuid)
+            await self._mps.stop(uuid, minor, recorded.pid if recorded else None)
+            self._checkpoint = self._checkpoint.without_mps_daemon(uuid)
+            self._mps.report_running(len(self._checkpoint.mps_daemons))
+            self._crash.reached(faults.UNPREPARE_MPS_STOPPED)
+
+    async def stop_unclaimed_mps(self, *, referenced_only: bool) -> None:
+        """Stop every daemon of ours (recorded, or found through its pid file) that no claim
+        needs. With `referenced_only`, "needs" means any record naming it at all, prepared or
+        not: recovery runs this before rolling claims back, so a MIG device is never destroyed
+        under a daemon that nothing would stop."""
+        if self._mps is None:
+            return
+        if referenced_only:
+            needed = {
+                device.mps_uuid
+                for record in self._checkpoint.claims.values()
+                for device in record.devices
+                if device.mps_uuid is not None
+            }
+        else:
+            needed = set(self.mps_users())
+        found = await asyncio.to_thread(self._mps.running)
+        for uuid in sorted((set(found) | set(self._checkpoint.mps_daemons)) - needed):
+            recorded = self._checkpoint.mps_daemons.get(uuid)
+            minor = recorded.minor if recorded else -1
+            pid = found.get(uuid) or (recorded.pid if recorded else None)
+            await self._mps.stop(uuid, minor, pid)
+            self._checkpoint = self._checkpoint.without_mps_daemon(uuid)
+        self._mps.forget_unneeded(needed)
+        self._mps.report_running(len(self._checkpoint.mps_daemons))
+
+    async def ensure_mps(self) -> None:
+        """Every daemon a claim needs runs: adopted when it survived, started when not."""
+        if self._mps is None:
+            return
+        for uuid, minor in sorted(self.mps_users().items()):
+            async with self._locked_gpus([minor]):
+                await self._ensure_mps(uuid, minor)
+
+    async def check_mps(self) -> bool:
+        """Start again every needed daemon that died; True when some GPU's MPS health
+        changed."""
+        if self._mps is None:
+            return False
+        for uuid, minor in sorted(self.mps_users().items()):
+            async with self._locked_gpus([minor]):
+                if uuid not in self.mps_users():
+                    continue  # its last claim left while we waited for the lock
+                recorded = self._checkpoint.mps_daemons.get(uuid)
+                if recorded is None:
+                    await self._ensure_mps(uuid, minor)
+                    continue
+                current = await self._mps.revive(recorded)
+                if current != recorded:
+                    await self._commit(self._checkpoint.with_mps_daemon(current))
+        # Also changes made by unprepare (a failing daemon no claim needs any more).
+        changed = self._mps.health_version != self._mps_health_seen
+        self._mps_health_seen = self._mps.health_version
+        return changed
 
     async def _create_mig(
         self, record: ClaimRecord, target: OnDemandMig
@@ -537,6 +687,9 @@ class Preparer:
         crash came between the create and the save), so for started claims the live instances
         at its allocated placements are found and destroyed too.
         """
+        # First, so a MIG device is not destroyed under its daemon; a crash after this leaves a
+        # claim whose daemon the next start brings back until kubelet's unprepare comes again.
+        await self._release_mps(record)
         destroyed = False
         for instance in record.mig_instances:
             await self._destroy_instance(instance.minor, instance.gi_id, instance.ci_id)

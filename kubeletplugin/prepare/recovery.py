@@ -5,8 +5,9 @@ and the API server may each disagree with it. Recovery converges all three, in t
 never loses track of a side effect: roll back claims that were being prepared (their instances
 may exist whether or not they were recorded), drop completed claims that changed no GPU and whose
 CDI spec is gone (unprepare deletes the spec first and writes their removal lazily), unprepare
-claims whose ResourceClaim is gone or was replaced, delete CDI specs that no claim owns, and
-apply each GPU's time-slice setting again.
+claims whose ResourceClaim is gone or was replaced, delete CDI specs that no claim owns, apply
+each GPU's time-slice setting again, and make the MPS control daemons match the claims that need
+them (adopting a daemon that outlived the plugin rather than starting a second one).
 An API server that cannot be reached is not a reason to unprepare anything: such claims stay, and
 kubelet's own unprepare cleans them up later.
 """
@@ -54,6 +55,10 @@ async def recover(
             warn(loaded.problem)
     preparer.adopt(loaded.checkpoint)
     minors = record_minors(loaded.checkpoint.claims)
+    try:
+        await preparer.stop_unclaimed_mps(referenced_only=True)
+    except Exception as err:
+        log.warning("cannot stop MPS control daemons that no claim needs", error=str(err))
     spec_uids = set(await asyncio.to_thread(preparer.cdi_specs))
     for uid, record in list(loaded.checkpoint.claims.items()):
         label = f"{record.namespace}/{record.name}"
@@ -101,5 +106,12 @@ async def recover(
         await preparer.reapply_timeslices(minors)
     except Exception as err:
         log.warning("cannot apply time-slice settings again", error=str(err))
+    try:
+        # Stop what the claims unprepared above left, then adopt or start what the rest need:
+        # a daemon that survived the restart keeps its clients.
+        await preparer.stop_unclaimed_mps(referenced_only=False)
+        await preparer.ensure_mps()
+    except Exception as err:  # the periodic check tries again; serving kubelet must not wait
+        log.warning("cannot bring MPS control daemons in line with the claims", error=str(err))
     await preparer.flush()
     return report

@@ -86,6 +86,12 @@ def timeslice_users(
     return found
 
 
+def uses_mps(config: DeviceConfig) -> bool:
+    """Whether an explicit config puts the device's clients under MPS."""
+    sharing = config.sharing if isinstance(config, GpuConfig | MigDeviceConfig) else None
+    return sharing is not None and sharing.strategy is SharingStrategy.MPS
+
+
 def config_limits(config: DeviceConfig, gpu_index: int, gpu_uuid: str) -> MpsLimits:
     """MPS limits an explicit config sets (whole GPU or MIG device with strategy MPS)."""
     sharing = config.sharing if isinstance(config, GpuConfig | MigDeviceConfig) else None

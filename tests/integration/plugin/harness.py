@@ -16,6 +16,7 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake.mps_control import terminate_daemons
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
 from localcluster.apiserver import ApiServer
 
@@ -169,5 +170,9 @@ async def running_plugin(
         yield RunningPlugin(daemon, stop, task)
     finally:
         stop.set()
-        await task
-        api.close()
+        try:
+            await task
+        finally:
+            api.close()
+            # MPS daemons outlive the plugin on purpose; a test must not leave them running.
+            await asyncio.to_thread(terminate_daemons, config.state_dir)

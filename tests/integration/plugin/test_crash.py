@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake.mps_control import process_alive, read_pid, terminate_daemons
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
@@ -136,6 +137,7 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Plug
             if running.proc is not None and running.proc.poll() is None:
                 running.proc.kill()
                 running.proc.wait()
+            terminate_daemons(root)
 
 
 def allocated(api: client.ApiClient, *results: dict[str, Any]) -> ClaimRef:
@@ -380,4 +382,95 @@ async def test_corrupt_checkpoint_is_reset_with_a_warning_event(
     )
     reasons = [(e.reason, e.involved_object.name) for e in events if e.involved_object is not None]
     assert ("CheckpointReset", NODE) in reasons
+    await plugin.stop()
+
+
+def mps_daemon(plugin: PluginProcess, gpu: int = 0) -> int | None:
+    """The pid of the MPS control daemon of a GPU, when one runs (read as an administrator
+    would: the pid file in its pipe directory)."""
+    uuid = plugin.gpus().gpus[gpu].uuid
+    pipe = plugin.root / "state" / "mps" / uuid / "pipe"
+    pid = read_pid(pipe)
+    if pid is None or not process_alive(pid) or not (pipe / "control").exists():
+        return None
+    return pid
+
+
+def running_daemons(plugin: PluginProcess) -> int:
+    return sum(1 for gpu in (0, 1) if mps_daemon(plugin, gpu) is not None)
+
+
+def share_claim(api: client.ApiClient, share_id: str) -> ClaimRef:
+    consumed = {"compute": "25", "memory": "4Gi"}
+    return allocated(api, result("s", "gpu-0-shared", NODE, share_id=share_id, consumed=consumed))
+
+
+@pytest.mark.parametrize(
+    "step", [faults.PREPARE_MPS_STARTED, faults.PREPARE_CDI_WRITTEN, faults.PREPARE_COMPLETED]
+)
+async def test_crash_while_preparing_a_share_converges_on_one_daemon(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    claim = share_claim(api, "x")
+    await plugin.start(crash_at=step)
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.prepare([claim])
+    await plugin.killed()
+    before = mps_daemon(plugin)
+    assert before is not None  # started before every one of these steps
+
+    await plugin.start()
+    if step == faults.PREPARE_COMPLETED:
+        # A prepared share keeps its daemon: adopted, not started a second time.
+        assert mps_daemon(plugin) == before
+    else:
+        # Nothing on disk needed it: stopped at start-up, and started again by the retry.
+        assert not process_alive(before) and mps_daemon(plugin) is None
+    ids = await prepare(plugin, claim)
+    assert ids == expected_ids(claim, "gpu-0-shared")
+    after = mps_daemon(plugin)
+    assert after is not None and running_daemons(plugin) == 1
+    if step == faults.PREPARE_COMPLETED:
+        assert after == before
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
+    assert mps_daemon(plugin) is None and not process_alive(after)
+    await plugin.stop()
+
+
+@pytest.mark.parametrize(
+    "step",
+    [faults.UNPREPARE_MPS_STOPPED, faults.UNPREPARE_CDI_DELETED, faults.UNPREPARE_FORGOTTEN],
+)
+async def test_crash_while_unpreparing_the_last_share_leaves_no_daemon(
+    plugin: PluginProcess, api: client.ApiClient, step: str
+) -> None:
+    kept = share_claim(api, "k")
+    going = share_claim(api, "g")
+    await plugin.start()
+    await prepare(plugin, kept)
+    await prepare(plugin, going)
+    daemon = mps_daemon(plugin)
+    assert daemon is not None
+    async with DraClient(plugin.dra_socket) as dra:
+        # Not the last share: the daemon stays.
+        assert await dra.unprepare([kept]) == {kept.uid: ""}
+    assert mps_daemon(plugin) == daemon
+    await plugin.stop()
+    # The daemon outlives the plugin, and the restarted plugin adopts it.
+    assert mps_daemon(plugin) == daemon
+
+    await plugin.start(crash_at=step)
+    assert mps_daemon(plugin) == daemon and running_daemons(plugin) == 1
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.unprepare([going])
+    await plugin.killed()
+    assert not process_alive(daemon)
+
+    await plugin.start()
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([going]) == {going.uid: ""}
+    assert running_daemons(plugin) == 0
     await plugin.stop()

@@ -19,6 +19,7 @@ from dra_driver.checkpoint import (
     DeviceRecord,
     EncodeCache,
     MigInstanceRecord,
+    MpsDaemonRecord,
     NewerCheckpointError,
     decode_checkpoint,
     encode_checkpoint,
@@ -41,6 +42,7 @@ _devices = st.builds(
     timeslice_interval=st.none() | st.sampled_from(["Default", "Short", "Medium", "Long"]),
     mps_thread_percentage=_optional_int,
     mps_pinned_memory_bytes=_optional_int,
+    mps_uuid=st.none() | _text,
 )
 _mig = st.builds(
     MigInstanceRecord,
@@ -67,6 +69,16 @@ def _checkpoints(draw: st.DrawFn) -> Checkpoint:
                 devices=tuple(draw(st.lists(_devices, max_size=3))),
                 mig_instances=tuple(draw(st.lists(_mig, max_size=2))),
                 cdi_spec=draw(st.none() | _text),
+            )
+        )
+    for uuid in draw(st.lists(_text, max_size=2, unique=True)):
+        checkpoint = checkpoint.with_mps_daemon(
+            MpsDaemonRecord(
+                uuid=uuid,
+                minor=draw(st.integers(0, 15)),
+                pid=draw(st.integers(1, 1 << 22)),
+                pipe_dir=draw(_text),
+                log_dir=draw(_text),
             )
         )
     return checkpoint

@@ -1,0 +1,280 @@
+"""MPS through the real plugin over gRPC, with the fake `nvidia-cuda-mps-control`: one control
+daemon per GPU with MPS clients, its pipe directory in the container, the limits in the
+environment, the daemon gone with the last share, and a daemon that dies noticed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver.backends.fake.mps_control import process_alive, read_pid
+from dra_driver.cdi import CdiSpecDir, Mount, container_environment
+from dra_driver.kubeletapi.client import DraClient, HealthClient
+from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import (
+    DRIVER,
+    RunningPlugin,
+    create_claim,
+    create_node,
+    opaque,
+    result,
+    running_plugin,
+    short_dir,
+)
+
+NODE = "mps-node"
+GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig"}
+DEADLINE_S = 20.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+@pytest.fixture
+async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
+    with short_dir() as root:
+        async with running_plugin(server, root, NODE) as running:
+            yield running
+
+
+def share(api: client.ApiClient, gpu: int, share_id: str, compute: str, memory: str) -> ClaimRef:
+    consumed = {"compute": compute, "memory": memory}
+    name, uid = create_claim(
+        api, [result("s", f"gpu-{gpu}-shared", NODE, share_id=share_id, consumed=consumed)]
+    )
+    return ClaimRef("default", uid, name)
+
+
+async def prepare(plugin: RunningPlugin, ref: ClaimRef) -> list[str]:
+    async with DraClient(plugin.dra_socket) as dra:
+        outcome = (await dra.prepare([ref]))[ref.uid]
+    assert outcome.error == "", outcome.error
+    return [i for d in outcome.devices for i in d.cdi_device_ids]
+
+
+async def unprepare(plugin: RunningPlugin, ref: ClaimRef) -> None:
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([ref]) == {ref.uid: ""}
+
+
+def container(plugin: RunningPlugin, ids: list[str]) -> tuple[dict[str, str], list[Mount]]:
+    """The environment and mounts a CDI-aware runtime gives a container with these devices."""
+    directory = CdiSpecDir(plugin.daemon.config.cdi_root)
+    specs = [directory.read(p) for p in directory.claim_specs(f"{DRIVER}/gpu").values()]
+    wanted = {i.split("=", 1)[1] for i in ids}
+    mounts = [
+        mount
+        for spec in specs
+        for device in spec.devices
+        if device.name in wanted
+        for mount in device.edits.mounts
+    ]
+    return container_environment(specs, ids), mounts
+
+
+def pipe_dir_of(plugin: RunningPlugin, ids: list[str]) -> Path:
+    """The host directory the container sees as its MPS pipe directory; checked to be a
+    mount of exactly the path the environment names."""
+    env, mounts = container(plugin, ids)
+    (mount,) = [m for m in mounts if m.container_path == env["CUDA_MPS_PIPE_DIRECTORY"]]
+    return Path(mount.host_path)
+
+
+def daemon_pid(pipe_dir: Path) -> int:
+    assert stat.S_ISFIFO((pipe_dir / "control").stat().st_mode), "no control pipe"
+    pid = read_pid(pipe_dir)
+    assert pid is not None and process_alive(pid)
+    return pid
+
+
+def ask(pipe_dir: Path, *commands: str) -> subprocess.CompletedProcess[str]:
+    """The fake client, as an administrator on the node would run it."""
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "dra_driver.backends.fake.mps_control"],
+        input="".join(f"{c}\n" for c in commands),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)  # polling another process, with a deadline
+
+
+async def test_shares_of_one_gpu_use_one_daemon_that_goes_with_the_last(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    first = share(api, 0, "a", "25", "4Gi")
+    second = share(api, 0, "b", "10", "2Gi")
+    elsewhere = share(api, 1, "c", "50", "8Gi")
+    first_ids = await prepare(plugin, first)
+    env, _ = container(plugin, first_ids)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    pipe = pipe_dir_of(plugin, first_ids)
+    uuid = plugin.backend.gpus[0].uuid
+    assert pipe == plugin.daemon.config.state_dir / "mps" / uuid / "pipe"
+    pid = daemon_pid(pipe)
+    # The daemon serves its GPU only, and answers the control client.
+    assert f"CUDA_VISIBLE_DEVICES={uuid}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    answer = ask(pipe, "get_default_active_thread_percentage", "get_server_list")
+    assert answer.returncode == 0 and answer.stdout.split() == ["100.0"], answer
+    assert (pipe.parent / "log" / "control.log").is_file()
+    saved = plugin.daemon.preparer.checkpoint.mps_daemons[uuid]
+    assert (saved.pid, saved.pipe_dir, saved.minor) == (pid, str(pipe), 0)
+
+    second_ids = await prepare(plugin, second)
+    assert pipe_dir_of(plugin, second_ids) == pipe
+    assert daemon_pid(pipe) == pid
+    other_ids = await prepare(plugin, elsewhere)
+    other_pipe = pipe_dir_of(plugin, other_ids)
+    assert other_pipe != pipe and daemon_pid(other_pipe) != pid
+    assert set(plugin.daemon.mps.running()) == {uuid, plugin.backend.gpus[1].uuid}
+    assert plugin.daemon.metrics.mps_daemons._value.get() == 2
+
+    await unprepare(plugin, first)
+    assert daemon_pid(pipe) == pid  # the second share still uses it
+    await unprepare(plugin, second)
+    assert not process_alive(pid)
+    assert not (pipe / "control").exists()
+    assert uuid not in plugin.daemon.preparer.checkpoint.mps_daemons
+    assert ask(pipe, "get_server_list").returncode != 0
+    await unprepare(plugin, elsewhere)
+    assert plugin.daemon.mps.running() == {}
+
+
+async def test_mps_config_on_a_whole_gpu_reaches_the_container(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    config = {
+        **GPU_CONFIG,
+        "sharing": {
+            "strategy": "MPS",
+            "mpsConfig": {
+                "defaultActiveThreadPercentage": 40,
+                "defaultPinnedDeviceMemoryLimit": "10Gi",
+            },
+        },
+    }
+    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)], [opaque(config)])
+    ref = ClaimRef("default", uid, name)
+    ids = await prepare(plugin, ref)
+    env, _ = container(plugin, ids)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    pipe = pipe_dir_of(plugin, ids)
+    pid = daemon_pid(pipe)
+    await unprepare(plugin, ref)
+    assert not process_alive(pid) and not (pipe / "control").exists()
+
+
+async def test_whole_gpu_without_mps_gets_no_daemon(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)])
+    ids = await prepare(plugin, ClaimRef("default", uid, name))
+    env, mounts = container(plugin, ids)
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env and mounts == []
+    assert plugin.daemon.mps.running() == {}
+    await unprepare(plugin, ClaimRef("default", uid, name))
+
+
+async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    ref = share(api, 0, "k", "20", "2Gi")
+    with short_dir() as root:
+        async with running_plugin(server, root, NODE, mps_max_failures=2) as plugin:
+            ids = await prepare(plugin, ref)
+            pipe = pipe_dir_of(plugin, ids)
+            uuid = plugin.backend.gpus[0].uuid
+            async with HealthClient(plugin.dra_socket) as health:
+                stream = health.watch()
+                initial = await anext(stream)
+                assert {d.health for d in initial if d.device_name == "gpu-0-shared"} == {
+                    Health.HEALTHY
+                }
+                pid = daemon_pid(pipe)
+                os.kill(pid, signal.SIGKILL)
+                await until(lambda: (read_pid(pipe) or pid) != pid, "a restarted daemon")
+                restarted = daemon_pid(pipe)
+                await until(
+                    lambda: plugin.daemon.preparer.checkpoint.mps_daemons[uuid].pid == restarted,
+                    "the new pid in the checkpoint",
+                )
+                assert plugin.daemon.mps.unhealthy() == {}
+
+                rounds = plugin.daemon.publish_loop.rounds
+                os.kill(restarted, signal.SIGKILL)  # the second failure in the window
+                update = await next_matching(
+                    stream, lambda u: any(d.health is Health.UNHEALTHY for d in u)
+                )
+                sick = {d.device_name: d for d in update if d.health is Health.UNHEALTHY}
+                assert set(sick) == {"gpu-0-shared"}
+                assert "MPS control daemon" in sick["gpu-0-shared"].message
+                await asyncio.wait_for(plugin.daemon.publish_loop.wait_rounds(rounds + 1), 10)
+                taints = {
+                    d["name"]: d.get("taints")
+                    for s in _slices(api)
+                    for d in s["spec"].get("devices") or []
+                }
+                assert taints["gpu-0-shared"] == [
+                    {
+                        "key": f"{DRIVER}/mps-unhealthy",
+                        "value": "daemon-failing",
+                        "effect": "NoSchedule",
+                    }
+                ]
+                assert taints["gpu-0"] is None and taints["gpu-1-shared"] is None
+                await until(lambda: read_pid(pipe) not in (None, restarted), "another restart")
+                assert plugin.daemon.metrics.mps_restarts._value.get() == 2
+
+                # No claim needs the daemon any more: it goes, and so does the report.
+                await unprepare(plugin, ref)
+                await next_matching(stream, lambda u: all(d.health is Health.HEALTHY for d in u))
+                await stream.aclose()
+            assert plugin.daemon.mps.running() == {}
+
+
+async def next_matching(
+    stream: AsyncIterator[list[DeviceHealthStatus]],
+    predicate: Callable[[list[DeviceHealthStatus]], bool],
+) -> list[DeviceHealthStatus]:
+    async def read() -> list[DeviceHealthStatus]:
+        async for update in stream:
+            if predicate(update):
+                return update
+        raise AssertionError("the health stream ended")
+
+    return await asyncio.wait_for(read(), DEADLINE_S)
+
+
+def _slices(api: client.ApiClient) -> list[dict[str, object]]:
+    listed: dict[str, object] = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceslices"
+    )
+    items = listed.get("items") or []
+    assert isinstance(items, list)
+    return [
+        s for s in items if s["spec"].get("nodeName") == NODE or s["spec"]["pool"]["name"] == NODE
+    ]

@@ -1,0 +1,96 @@
+"""The fake `nvidia-cuda-mps-control` as a process: daemon, client, refusals, quit."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dra_driver.backends.fake.mps_control import (
+    ALREADY_RUNNING,
+    NOT_RUNNING,
+    process_alive,
+    read_pid,
+    terminate_daemons,
+)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    yield tmp_path / "pipe", tmp_path / "log"
+    terminate_daemons(tmp_path)
+
+
+def tool(dirs: tuple[Path, Path], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "CUDA_MPS_PIPE_DIRECTORY": str(dirs[0]),
+        "CUDA_MPS_LOG_DIRECTORY": str(dirs[1]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "dra_driver.backends.fake.mps_control", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_daemon_client_and_quit(dirs: tuple[Path, Path]) -> None:
+    pipe, log = dirs
+    assert tool(dirs, "-d").returncode == 0
+    # Listening as soon as -d returns: the pipe, the pid file, the log.
+    assert stat.S_ISFIFO((pipe / "control").stat().st_mode)
+    pid = read_pid(pipe)
+    assert pid is not None and process_alive(pid)
+    assert "Startup" in (log / "control.log").read_text()
+
+    second = tool(dirs, "-d")
+    assert second.returncode == 1 and ALREADY_RUNNING in second.stderr
+    assert read_pid(pipe) == pid
+
+    answer = tool(
+        dirs,
+        stdin="get_server_list\nset_default_active_thread_percentage 30\n"
+        "get_default_active_thread_percentage\n",
+    )
+    assert answer.returncode == 0 and answer.stdout.split() == ["30.0", "30.0"]
+    assert "CMD set_default_active_thread_percentage 30" in (log / "control.log").read_text()
+
+    assert tool(dirs, stdin="quit\n").returncode == 0
+    deadline = time.monotonic() + 10
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling another process, with a deadline
+    assert not process_alive(pid)
+    assert not (pipe / "control").exists() and read_pid(pipe) is None
+    after = tool(dirs, stdin="get_server_list\n")
+    assert after.returncode == 1 and NOT_RUNNING in after.stderr
+
+
+def test_a_killed_daemon_can_be_replaced(dirs: tuple[Path, Path]) -> None:
+    assert tool(dirs, "-d").returncode == 0
+    pid = read_pid(dirs[0])
+    assert pid is not None
+    os.kill(pid, 9)
+    deadline = time.monotonic() + 10
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling another process, with a deadline
+    # Its pipe and pid file are left behind, as after any SIGKILL; a new daemon takes over.
+    assert (dirs[0] / "control").exists()
+    assert tool(dirs, "-d").returncode == 0
+    assert read_pid(dirs[0]) not in (None, pid)
+    assert tool(dirs, stdin="get_server_list\n").returncode == 0
+
+
+def test_client_without_daemon_and_bad_arguments(dirs: tuple[Path, Path]) -> None:
+    missing = tool(dirs, stdin="get_server_list\n")
+    assert missing.returncode == 1 and NOT_RUNNING in missing.stderr
+    assert tool(dirs, "-x").returncode == 1
