@@ -7,12 +7,18 @@ order, that the independent checker accepts. This module enumerates candidates i
 order and asks the checker, with no pruning and no cleverness: it is slow on purpose, so that it
 is easy to believe.
 
-Two rules the final state cannot show are pod-local. First, while one pod's claims are
+Some rules the final state cannot show. First, pod-local: while one pod's claims are
 allocated together, a device picked by an earlier claim (even with admin access) is not available
 to a later claim's non-admin request unless the device allows multiple allocations. Once written,
 an admin result takes nothing, so the checker rightly accepts such a state; the reference applies
 the rule itself. Second, an admin pick needs room for its device's shared counters on top of
 whoever holds the device (``_admin_counters_exceed``).
+
+Third, a pool whose counters earlier claims already over-commit yields no device that draws
+counters (``_over_committed_pool``).
+
+Fatal errors are not modelled: a constraint that refuses a member of an ``All`` set, which the
+allocator reports as fatal, is here just a candidate the checker rejects.
 
 CEL: the reference evaluates selectors eagerly (all devices of the node, for ``All``), so it is
 only exact for selectors that never raise; the checker reports a raising selector as a violation.
