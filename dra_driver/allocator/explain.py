@@ -94,7 +94,7 @@ def _report(state: SearchState, plan: ClaimPlan, alt: Alternative, claim: int) -
             report.rejected[IN_USE] += 1
         elif untolerated_taint(device, alt) is not None:
             report.rejected[TAINTED] += 1
-        elif device.allow_multiple and not alt.admin_access:
+        elif device.allow_multiple:
             share = share_demand(device, alt.capacity)
             if share is None or not state.share_fits(device, share):
                 report.rejected[CAPACITY] += 1

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_driver.allocator.claims import ClaimPlan
+from dra_driver.allocator.claims import Alternative, ClaimPlan
 from dra_driver.allocator.quantities import format_amount
 from dra_driver.allocator.search import Pick
 from dra_driver.allocator.snapshot import ClusterSnapshot
@@ -38,6 +38,61 @@ def allocation_node(allocation: Mapping[str, Any]) -> str | None:
     return None
 
 
+def allocation_config(plan: ClaimPlan, picks: Sequence[Pick]) -> list[dict[str, Any]]:
+    """`devices.config` as the newest kube-scheduler writes it (Kubernetes 1.37).
+
+    Each DeviceClass's configs appear once, at the first request that uses the class, naming
+    every request (or chosen `request/subrequest`) that uses it. Each claim config appears once
+    when it names no request, names a request, or names the subrequest chosen for one; a
+    config naming only subrequests that were not chosen is left out. Finally a config that
+    covers every request of the claim (by name or by its chosen subrequest) loses `requests`,
+    since an empty list already means "all requests" and drivers read it that way.
+    """
+    chosen: dict[str, Alternative] = {}
+    for request in plan.requests:
+        alternative = next(
+            (p.alternative for p in picks if p.alternative.request == request.name), None
+        )
+        if alternative is not None:
+            chosen[request.name] = alternative
+    config: list[dict[str, Any]] = []
+    by_class: dict[str, list[dict[str, Any]]] = {}
+    for alternative in chosen.values():
+        entries = by_class.get(alternative.device_class.name)
+        if entries is not None:
+            for entry in entries:
+                entry["requests"].append(alternative.result_name)
+            continue
+        entries = [
+            {**entry, "source": "FromClass", "requests": [alternative.result_name]}
+            for entry in alternative.device_class.config
+        ]
+        by_class[alternative.device_class.name] = entries
+        config.extend(entries)
+    for written in plan.config:
+        names = written.get("requests") or []
+        if names and not any(_covers(names, request, chosen) for request in chosen):
+            continue
+        config.append({**written, "source": "FromClaim"})
+    for entry in config:
+        names = entry.get("requests") or []
+        if not names or all(_covers(names, r.name, chosen) for r in plan.requests):
+            entry.pop("requests", None)
+    return config
+
+
+def _covers(names: Sequence[str], request: str, chosen: Mapping[str, Alternative]) -> bool:
+    """Whether a config's `requests` reach a request: by its name or its chosen subrequest."""
+    if request in names:
+        return True
+    alternative = chosen.get(request)
+    return (
+        alternative is not None
+        and alternative.result_name != request
+        and (alternative.result_name in names)
+    )
+
+
 def build_allocation(
     snapshot: ClusterSnapshot, plan: ClaimPlan, picks: Sequence[Pick], node: str
 ) -> dict[str, Any]:
@@ -67,15 +122,7 @@ def build_allocation(
             node_local = True
         elif device.node_selector is not None and selector is None:
             selector = device.node_selector
-    config: list[dict[str, Any]] = []
-    for request in plan.requests:
-        chosen = next((p.alternative for p in picks if p.alternative.request == request.name), None)
-        if chosen is None:
-            continue
-        for entry in chosen.device_class.config:
-            config.append({"source": "FromClass", "requests": [chosen.result_name], **entry})
-    for entry in plan.config:
-        config.append({"source": "FromClaim", **entry})
+    config = allocation_config(plan, picks)
     allocation: dict[str, Any] = {"devices": {"results": results}}
     if config:
         allocation["devices"]["config"] = config

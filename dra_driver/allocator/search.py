@@ -182,9 +182,17 @@ class SearchState:
         return not self.usage.in_use(device) and device.id not in self.picked
 
     def counters_fit(self, device: Device) -> bool:
+        """Room for the device's counters, in a pool whose counters are not over-committed.
+
+        Upstream (checkAvailableCounters) compares every counter of the pool, not only the
+        device's: once what is in use exceeds any counter of a pool (its slices shrank, or two
+        allocators raced), no device there that draws counters can be allocated.
+        """
         pool = device.pool_index
         totals = self.snapshot.pools[pool].counter_totals
         used = self.usage.counters.get(pool)
+        if used is not None and any(u > t for u, t in zip(used, totals, strict=True)):
+            return False
         delta = self.counter_delta
         for counter, amount in device.consumes:
             taken = (used[counter] if used is not None else 0) + delta.get((pool, counter), 0)
@@ -220,7 +228,9 @@ class SearchState:
         if device.taints and untolerated_taint(device, alt) is not None:
             return None
         share: dict[str, Number] | None = None
-        if device.allow_multiple and not alt.admin_access:
+        if device.allow_multiple:
+            # Admin access included: upstream gives an admin pick of such a device a share too,
+            # which must fit what is left and which later picks of this allocation count.
             share = share_demand(device, alt.capacity)
             if share is None or not self.share_fits(device, share):
                 return None
@@ -234,6 +244,22 @@ class SearchState:
         pick = Pick(claim, alt, device, share, consume)
         self.apply(pick)
         return pick
+
+    def constraint_is_why(self, claim: int, alt: Alternative, device: Device) -> bool:
+        """Whether a constraint rejects a device that passes the checks upstream makes first.
+
+        Upstream (allocateDevice) checks counters, then taints, then constraints, and treats a
+        constraint that refuses a member of an `All` set as a fatal error: the claim asks for
+        something that can never be satisfied on that node.
+        """
+        state_ok = not device.taints or untolerated_taint(device, alt) is None
+        if state_ok and device.consumes and self.counts_counters(alt, device):
+            state_ok = self.counters_fit(device)
+        return (
+            state_ok
+            and bool(self.plans[claim].constraints)
+            and not self.constraint_holds(claim, alt, device)
+        )
 
     def share_fits(self, device: Device, share: dict[str, Number]) -> bool:
         consumed = self.usage.consumed_capacity.get(device.id, {})
@@ -396,6 +422,12 @@ class FirstFitSearch:
                 break
             pick = state.try_pick(claim, alt, device)
             if pick is None:
+                if state.constraint_is_why(claim, alt, device):
+                    raise AllocationError(
+                        state.plans[claim].key,
+                        f"request {alt.result_name} asks for all devices, but device "
+                        f"{device.driver}/{device.name} breaks a constraint of the claim",
+                    )
                 ok = False
                 break
             applied.append(pick)
@@ -407,11 +439,31 @@ class FirstFitSearch:
 
 
 def all_devices(state: SearchState, plan: ClaimPlan, alt: Alternative) -> list[Device]:
-    """Every selectable device of the node; selectors run on all of them, in use or not."""
+    """Every selectable device of the node whose capacity fits the request.
+
+    Selectors run on all devices, in use or not. As upstream's validateDeviceRequest does, a
+    device whose capacity cannot serve the request (against what earlier claims consume, not
+    this allocation's picks) is left out of the set rather than making the request fail.
+    """
     members: list[Device] = []
     for device, verdict in state.index.candidates(state.view, alt):
         if verdict is not True:
             assert isinstance(verdict, SelectorFailure)
             raise selector_error(plan, alt, device, verdict)
-        members.append(device)
+        if capacity_serves(state.usage, device, alt):
+            members.append(device)
     return members
+
+
+def capacity_serves(usage: Usage, device: Device, alt: Alternative) -> bool:
+    """The capacity check of an `All` member, made before the search against `usage` only."""
+    if not device.allow_multiple:
+        return not alt.capacity or large_enough(device, alt.capacity)
+    share = share_demand(device, alt.capacity)
+    if share is None:
+        return False
+    consumed = usage.consumed_capacity.get(device.id, {})
+    return all(
+        consumed.get(name, 0) + amount <= device.capacity[name].value
+        for name, amount in share.items()
+    )

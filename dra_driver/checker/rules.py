@@ -279,10 +279,18 @@ class ClusterChecker:
                 return outcome, expression
         return True, ""
 
-    def all_devices(self, alternative: Alternative, node_name: str | None) -> list[Device]:
-        """What ``allocationMode: All`` must take on a node: every selectable device, in order."""
+    def all_devices(
+        self, alternative: Alternative, node_name: str | None, usage: Usage | None = None
+    ) -> list[Device]:
+        """What ``allocationMode: All`` must take on a node: every selectable device, in order,
+        whose capacity serves the request given what ``usage`` (earlier claims) consumes."""
         view = self.view(self.node(node_name))
-        return [d for d in view.order if self.selection(alternative, d)[0] is True]
+        return [
+            d
+            for d in view.order
+            if self.selection(alternative, d)[0] is True
+            and capacity_serves(d, alternative, usage or Usage())
+        ]
 
     # --- checking -----------------------------------------------------------------------------
 
@@ -330,7 +338,7 @@ class ClusterChecker:
         best: tuple[list[Violation], list[_Resolved], _NodeView] | None = None
         for node in candidates:
             view = self.view(node)
-            found, resolved = self._claim_rules(spec, allocation, view)
+            found, resolved = self._claim_rules(spec, allocation, view, usage)
             if best is None or len(found) < len(best[0]):
                 best = (found, resolved, view)
             if not found:
@@ -340,7 +348,7 @@ class ClusterChecker:
         return found + self._usage_rules(spec, resolved, view, usage)
 
     def _claim_rules(
-        self, spec: ClaimSpec, allocation: Mapping[str, Any], view: _NodeView
+        self, spec: ClaimSpec, allocation: Mapping[str, Any], view: _NodeView, usage: Usage
     ) -> tuple[list[Violation], list[_Resolved]]:
         """Everything that can be judged from this claim alone, on one node."""
         found: list[Violation] = []
@@ -402,7 +410,7 @@ class ClusterChecker:
                 last_position = position
             resolved.append(_Resolved(result, index, alternative, device))
 
-        self._request_rules(spec, view, chosen, resolved, flag)
+        self._request_rules(spec, view, chosen, resolved, flag, usage)
         for item in resolved:
             if item.device is not None and item.alternative is not None:
                 self._device_rules(spec, item, item.alternative, item.device, flag)
@@ -458,6 +466,7 @@ class ClusterChecker:
         chosen: Mapping[int, Alternative],
         resolved: Sequence[_Resolved],
         flag: _Flag,
+        usage: Usage,
     ) -> None:
         # "All" must be known before the search starts: every All entry, chosen or not (a
         # firstAvailable entry that was not reached), runs its selectors on every device of the
@@ -481,7 +490,8 @@ class ClusterChecker:
                             "selector-error",
                             f"claim {spec.key} request {entry.result_name}: {outcome}",
                         )
-                    elif outcome:
+                    elif outcome and capacity_serves(device, entry, usage):
+                        # A device whose capacity cannot serve the request is not in the set.
                         selected.append(device)
                 all_sets[entry.result_name] = selected
         for index, request in enumerate(spec.requests):
@@ -551,13 +561,12 @@ class ClusterChecker:
             )
         share_id = result.get("shareID")
         consumed = result.get("consumedCapacity")
-        if not device.multiple or alternative.admin:
-            # Admin access takes no share of a device: it only needs the device to be big enough.
+        if not device.multiple:
             if share_id is not None or consumed is not None:
                 flag(
                     "share-id",
                     f"{where}: the result carries a shareID or consumedCapacity, but the device "
-                    "does not allow multiple allocations or the request has admin access",
+                    "does not allow multiple allocations",
                 )
             problem = exclusive_capacity_problem(device, alternative.capacity)
             if problem is not None:
@@ -566,9 +575,10 @@ class ClusterChecker:
         amounts = share_amounts(device, alternative.capacity)
         if isinstance(amounts, str):
             flag("capacity-exceeded", f"{where}: {amounts}")
-        if not alternative.admin and not share_id:
+        if not share_id:
+            # Admin access included: upstream gives an admin pick of such a device a share too.
             flag("share-id", f"{where}: a share of a device needs a shareID")
-        if isinstance(amounts, dict) and (consumed is not None or not alternative.admin):
+        if isinstance(amounts, dict):
             try:
                 written = {
                     qualify(str(k), device.driver): quantity(v, f"{where} consumedCapacity")
@@ -650,18 +660,41 @@ class ClusterChecker:
         chosen: Mapping[int, Alternative],
         flag: _Flag,
     ) -> None:
+        """devices.config as Kubernetes 1.37 writes it (see docs/allocation.md, The result)."""
+        if len(chosen) != len(spec.requests):
+            return  # a request without results is reported as "count"; coverage is unknowable
+        names = {index: spec.requests[index].name for index in chosen}
+
+        def reaches(listed: Sequence[str], index: int) -> bool:
+            return names[index] in listed or chosen[index].result_name in listed
+
         expected: list[dict[str, Any]] = []
-        for index in range(len(spec.requests)):
-            alternative = chosen.get(index)
-            device_class = self.classes.get(alternative.class_name) if alternative else None
-            if alternative is None or device_class is None:
+        class_users: dict[str, list[str]] = {}
+        class_entries: list[tuple[str, dict[str, Any]]] = []
+        for index in sorted(chosen):
+            alternative = chosen[index]
+            device_class = self.classes.get(alternative.class_name)
+            if device_class is None:
                 continue
-            for config in device_class.configs:
-                entry = {k: v for k, v in config.items() if k not in ("requests", "source")}
-                entry.update(source="FromClass", requests=[alternative.result_name])
-                expected.append(entry)
+            if alternative.class_name not in class_users:
+                class_users[alternative.class_name] = []
+                for config in device_class.configs:
+                    entry = {k: v for k, v in config.items() if k not in ("requests", "source")}
+                    class_entries.append((alternative.class_name, entry))
+            class_users[alternative.class_name].append(alternative.result_name)
+        listed: list[tuple[dict[str, Any], list[str]]] = []
+        for class_name, entry in class_entries:
+            listed.append(({**entry, "source": "FromClass"}, class_users[class_name]))
         for config in spec.configs:
-            expected.append(_normal_config({**config, "source": "FromClaim"}))
+            wanted = [str(n) for n in config.get("requests") or []]
+            if wanted and not any(reaches(wanted, index) for index in chosen):
+                continue
+            entry = {k: v for k, v in config.items() if k != "requests"}
+            listed.append(({**entry, "source": "FromClaim"}, wanted))
+        for entry, wanted in listed:
+            if wanted and not all(reaches(wanted, i) for i in chosen):
+                entry["requests"] = wanted
+            expected.append(_normal_config(entry))
         written = [_normal_config(c) for c in devices_part.get("config") or []]
         if written != expected:
             flag(
@@ -704,18 +737,19 @@ class ClusterChecker:
             found.append(Violation(spec.key, rule, message))
 
         fresh: list[Device] = []
+        # An admin share counts against the rest of its own claim, never against later claims.
+        admin_taken: dict[tuple[DeviceKey, str], Fraction] = defaultdict(Fraction)
         for item in resolved:
             device, alternative = item.device, item.alternative
             if device is None or alternative is None:
                 continue
             key = device.key
             admin = bool(item.result.get("adminAccess"))
-            shared = device.multiple and not admin
-            amounts = share_amounts(device, alternative.capacity) if shared else {}
+            amounts = share_amounts(device, alternative.capacity) if device.multiple else {}
             if device.multiple and isinstance(amounts, dict):
                 for name, amount in amounts.items():
                     value = device.capacity[name].value
-                    so_far = usage.consumed[(key, name)]
+                    so_far = usage.consumed[(key, name)] + admin_taken[(key, name)]
                     if so_far + amount > value:
                         flag(
                             "capacity-exceeded",
@@ -723,8 +757,10 @@ class ClusterChecker:
                             f"{name} of device {device}: {so_far} already consumed, {amount} "
                             f"more exceeds {value}",
                         )
-                    if not admin:
-                        usage.consumed[(key, name)] = so_far + amount
+                    if admin:
+                        admin_taken[(key, name)] += amount
+                    else:
+                        usage.consumed[(key, name)] += amount
             share_id = item.result.get("shareID")
             if share_id:
                 if (key, str(share_id)) in usage.share_ids:
@@ -774,6 +810,20 @@ class ClusterChecker:
                     f"more than its {limit}",
                 )
         return found
+
+
+def capacity_serves(device: Device, alternative: Alternative, usage: Usage) -> bool:
+    """Whether ``device`` can serve ``alternative``'s capacity requests, given what earlier
+    claims consume of it; what decides whether an ``All`` set includes the device."""
+    if not device.multiple:
+        return exclusive_capacity_problem(device, alternative.capacity) is None
+    amounts = share_amounts(device, alternative.capacity)
+    if isinstance(amounts, str):
+        return False
+    return all(
+        usage.consumed[(device.key, name)] + amount <= device.capacity[name].value
+        for name, amount in amounts.items()
+    )
 
 
 def _amounts_text(amounts: Mapping[str, Fraction]) -> str:

@@ -7,12 +7,18 @@ order, that the independent checker accepts. This module enumerates candidates i
 order and asks the checker, with no pruning and no cleverness: it is slow on purpose, so that it
 is easy to believe.
 
-Two rules the final state cannot show are pod-local. First, while one pod's claims are
+Some rules the final state cannot show. First, pod-local: while one pod's claims are
 allocated together, a device picked by an earlier claim (even with admin access) is not available
 to a later claim's non-admin request unless the device allows multiple allocations. Once written,
 an admin result takes nothing, so the checker rightly accepts such a state; the reference applies
 the rule itself. Second, an admin pick needs room for its device's shared counters on top of
 whoever holds the device (``_admin_counters_exceed``).
+
+Third, a pool whose counters earlier claims already over-commit yields no device that draws
+counters (``_over_committed_pool``).
+
+Fatal errors are not modelled: a constraint that refuses a member of an ``All`` set, which the
+allocator reports as fatal, is here just a candidate the checker rejects.
 
 CEL: the reference evaluates selectors eagerly (all devices of the node, for ``All``), so it is
 only exact for selectors that never raise; the checker reports a raising selector as a violation.
@@ -58,7 +64,9 @@ def format_quantity(value: Fraction) -> str:
     return f"{math.ceil(nano)}n"
 
 
-def _choices(checker: ClusterChecker, spec: ClaimSpec, node: str) -> list[list[Choice]]:
+def _choices(
+    checker: ClusterChecker, spec: ClaimSpec, node: str, base: Usage
+) -> list[list[Choice]]:
     """Per request, its candidate choices in search order: subrequest first, then slot tuples."""
     devices = checker.node_devices(node)
     per_request: list[list[Choice]] = []
@@ -66,7 +74,7 @@ def _choices(checker: ClusterChecker, spec: ClaimSpec, node: str) -> list[list[C
         options: list[Choice] = []
         for alternative in request.alternatives:
             if alternative.all_mode:
-                options.append((alternative, tuple(checker.all_devices(alternative, node))))
+                options.append((alternative, tuple(checker.all_devices(alternative, node, base))))
             else:
                 options.extend(
                     (alternative, combo)
@@ -87,7 +95,7 @@ def _result(alternative: Alternative, device: Device) -> dict[str, Any]:
         result["adminAccess"] = True
     if alternative.tolerations:
         result["tolerations"] = [dict(t) for t in alternative.tolerations]
-    if device.multiple and not alternative.admin:
+    if device.multiple:
         amounts = share_amounts(device, alternative.capacity)
         result["shareID"] = str(uuid.uuid4())
         if isinstance(amounts, dict):
@@ -102,14 +110,7 @@ def _allocation(
     checker: ClusterChecker, spec: ClaimSpec, picks: Sequence[Choice]
 ) -> dict[str, Any]:
     results = [_result(alternative, d) for alternative, devices in picks for d in devices]
-    configs: list[dict[str, Any]] = []
-    for alternative, _ in picks:
-        device_class = checker.classes.get(alternative.class_name)
-        for config in device_class.configs if device_class else ():
-            entry = {k: v for k, v in config.items() if k not in ("requests", "source")}
-            configs.append({"source": "FromClass", "requests": [alternative.result_name], **entry})
-    for config in spec.configs:
-        configs.append({**config, "source": "FromClaim"})
+    configs = _configs(checker, spec, picks)
     devices_part: dict[str, Any] = {"results": results}
     if configs:
         devices_part["config"] = configs
@@ -118,6 +119,65 @@ def _allocation(
     if accepted and accepted[0] is not None:
         allocation["nodeSelector"] = copy.deepcopy(dict(accepted[0]))
     return allocation
+
+
+def _configs(
+    checker: ClusterChecker, spec: ClaimSpec, picks: Sequence[Choice]
+) -> list[dict[str, Any]]:
+    """Class configs once per class (naming its requests), claim configs that reach a chosen
+    request, then `requests` dropped where a config reaches every request."""
+    users: dict[str, list[str]] = {}
+    listed: list[tuple[dict[str, Any], list[str]]] = []
+    for alternative, _ in picks:
+        device_class = checker.classes.get(alternative.class_name)
+        if device_class is None:
+            continue
+        if alternative.class_name not in users:
+            users[alternative.class_name] = []
+            for config in device_class.configs:
+                entry = {k: v for k, v in config.items() if k not in ("requests", "source")}
+                listed.append(({"source": "FromClass", **entry}, users[alternative.class_name]))
+        users[alternative.class_name].append(alternative.result_name)
+    chosen = [
+        (request.name, alternative.result_name)
+        for request, (alternative, _) in zip(spec.requests, picks, strict=True)
+    ]
+    for config in spec.configs:
+        wanted = list(config.get("requests") or [])
+        entry = {k: v for k, v in config.items() if k != "requests"}
+        if wanted and not any(n in wanted or r in wanted for n, r in chosen):
+            continue
+        listed.append(({**entry, "source": "FromClaim"}, wanted))
+    configs: list[dict[str, Any]] = []
+    for entry, wanted in listed:
+        if wanted and not all(n in wanted or r in wanted for n, r in chosen):
+            configs.append({**entry, "requests": list(wanted)})
+        else:
+            configs.append(entry)
+    return configs
+
+
+def _over_committed_pool(
+    checker: ClusterChecker, base: Usage, picks: Sequence[Choice], node: str
+) -> bool:
+    """A pick whose counters are checked, in a pool already over-committed by earlier claims.
+
+    Upstream's checkAvailableCounters compares every counter of the pool, so such a pool
+    yields no device that draws counters; the final state cannot show this.
+    """
+    pools = checker.view(checker.node(node)).pools
+    for _, devices in picks:
+        for device in devices:
+            if not device.consumes or (device.multiple and device.key in base.in_use):
+                continue
+            pool = pools.get((device.key[0], device.key[1]))
+            if pool is None:
+                continue
+            for set_name, counters in pool.counter_sets.items():
+                for counter, limit in counters.items():
+                    if base.counters[(device.key[0], device.key[1], set_name, counter)] > limit:
+                        return True
+    return False
 
 
 def _pod_local_conflict(
@@ -200,7 +260,7 @@ def first_fit_reference(
     checker = ClusterChecker(slices, classes, nodes, cel=cel)
     _, base = checker.check(in_use)
     specs = [parse_claim(c) for c in claims]
-    per_claim = [_choices(checker, spec, node) for spec in specs]
+    per_claim = [_choices(checker, spec, node, base) for spec in specs]
     slots = [options for per_request in per_claim for options in per_request]
     total = math.prod(len(options) for options in slots)
     if total > max_candidates:
@@ -213,6 +273,8 @@ def first_fit_reference(
             grouped.append((spec, combination[position : position + len(spec.requests)]))
             position += len(spec.requests)
         if _pod_local_conflict(grouped):
+            continue
+        if any(_over_committed_pool(checker, base, picks, node) for _, picks in grouped):
             continue
         allocations = [_allocation(checker, spec, picks) for spec, picks in grouped]
         candidate = [

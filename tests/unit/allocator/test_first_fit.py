@@ -358,9 +358,10 @@ def test_config_lists_class_configs_then_claim_configs() -> None:
         slices, claim("c", request("r", exactly()), config=[claim_config]), classes=classes
     )
     assert result is not None
+    # One request: both configs cover every request, so neither keeps `requests`.
     assert result["devices"]["config"] == [
-        {"source": "FromClass", "requests": ["r"], **opaque},
-        {"source": "FromClaim", **claim_config},
+        {"source": "FromClass", **opaque},
+        {"source": "FromClaim", "opaque": claim_config["opaque"]},
     ]
 
 

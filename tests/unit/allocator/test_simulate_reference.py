@@ -24,9 +24,13 @@ Obj = dict[str, Any]
 MAX_CANDIDATES = 5_000
 
 
-def reference_simulation(cluster: Cluster, pending: list[Obj]) -> list[tuple[str, Obj] | None]:
-    """Per claim, in order: the node and allocation the reference gives, or None."""
-    done: list[Obj] = []
+def reference_simulation(
+    cluster: Cluster, pending: list[Obj], in_use: list[Obj] | None = None
+) -> list[tuple[str, Obj] | None]:
+    """Per claim, in order: the node and allocation the reference gives, or None.
+
+    `in_use` are claims allocated before the simulation starts."""
+    done: list[Obj] = list(in_use or [])
     outcomes: list[tuple[str, Obj] | None] = []
     for claim in pending:
         outcome: tuple[str, Obj] | None = None

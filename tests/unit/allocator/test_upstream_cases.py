@@ -26,6 +26,7 @@ DRIVER = "gpu.example.com"
 NODE = "node-a"
 CLASSES = {
     "any": [],
+    "shared": ["device.allowMultipleAllocations"],
     "whole": [f'device.attributes["{DRIVER}"].type == "gpu"'],
     "part": [f'device.attributes["{DRIVER}"].type != "gpu"'],
 }
@@ -78,11 +79,37 @@ def ask(device_class: str = "any", **fields: Any) -> Obj:
     return {"deviceClassName": device_class, **fields}
 
 
-def claim(name: str, *requests: Obj, constraints: list[Obj] | None = None) -> Obj:
+CLASS_CONFIG = {"whole": "W", "part": "P"}
+"""Classes with an opaque config, and the value it carries."""
+
+
+def opaque(value: str) -> Obj:
+    return {"opaque": {"driver": DRIVER, "parameters": {"config": value}}}
+
+
+def claim(
+    name: str,
+    *requests: Obj,
+    constraints: list[Obj] | None = None,
+    config: list[Obj] | None = None,
+    allocation: Obj | None = None,
+) -> Obj:
+    """A claim; with `allocation` it is already allocated (in use, not allocated again)."""
     devices: Obj = {"requests": list(requests)}
     if constraints:
         devices["constraints"] = constraints
-    return {"metadata": {"namespace": "default", "name": name}, "spec": {"devices": devices}}
+    if config:
+        devices["config"] = config
+    body: Obj = {"metadata": {"namespace": "default", "name": name}, "spec": {"devices": devices}}
+    if allocation is not None:
+        body["status"] = {"allocation": allocation}
+    return body
+
+
+def held(*devices: str) -> Obj:
+    """An allocation holding `devices` of pool `gpus` exclusively."""
+    results = [{"request": "r0", "driver": DRIVER, "pool": "gpus", "device": d} for d in devices]
+    return {"devices": {"results": results}}
 
 
 def exactly(name: str, **fields: Any) -> Obj:
@@ -95,11 +122,19 @@ def first_available(name: str, *subrequests: tuple[str, Obj]) -> Obj:
 
 @dataclass
 class Case:
+    """`expected` lists the pending claims only; `config` and `shared`, when given, are per
+    pending claim the written `devices.config` and which results carry a shareID."""
+
     rule: str
     upstream: str
     slices: list[Obj]
     claims: list[Obj]
     expected: list[list[str] | None]
+    config: list[list[Obj]] | None = None
+    shared: list[list[bool]] | None = None
+    fatal: str | None = None
+    """Text of the fatal error that decides the first pending claim; the brute-force reference
+    models no fatal errors, so such a row runs through `simulate` only."""
 
 
 GPU_SPLIT = [
@@ -292,6 +327,146 @@ CASES = [
         [claim("c0", exactly("r0"))],
         [["r0: a0"]],
     ),
+    Case(
+        "All leaves out a device whose capacity cannot serve the request",
+        "validateDeviceRequest (CmpRequestOverCapacity on every selectable device)",
+        [pool("gpus", [dev("g0", memory="8Gi"), dev("g1", memory="4Gi")])],
+        [
+            claim(
+                "c0", exactly("r0", allocationMode="All", capacity={"requests": {"memory": "6Gi"}})
+            )
+        ],
+        [["r0: g0"]],
+    ),
+    Case(
+        "All leaves out a shared device whose share no longer fits what earlier claims took",
+        "validateDeviceRequest (CmpRequestOverCapacity against AggregatedCapacity)",
+        [pool("gpus", [dev("s0", shared=True), dev("s1", shared=True)])],
+        [
+            claim(
+                "c0", exactly("r0", device_class="shared", capacity={"requests": {"memory": "6Gi"}})
+            ),
+            claim(
+                "c1",
+                exactly(
+                    "r0",
+                    device_class="shared",
+                    allocationMode="All",
+                    capacity={"requests": {"memory": "4Gi"}},
+                ),
+            ),
+        ],
+        [["r0: s0"], ["r0: s1"]],
+    ),
+    Case(
+        "a constraint that refuses a member of the All set is fatal: no fallback subrequest",
+        "allocateDevice (must: constraint not satisfied is an error)",
+        [pool("gpus", [dev("g0", numa=0), dev("g1", numa=1)])],
+        [
+            claim(
+                "c0",
+                first_available("r0", ("s0", ask(allocationMode="All")), ("s1", ask())),
+                constraints=[{"matchAttribute": f"{DRIVER}/numa"}],
+            )
+        ],
+        [None],
+        fatal="breaks a constraint",
+    ),
+    Case(
+        "admin access to a shared device takes a share that later picks of the claim count",
+        "allocateDevice (share ID and consumed capacity for multiple allocations)",
+        [pool("gpus", [dev("s0", shared=True), dev("s1", shared=True)])],
+        [
+            claim(
+                "c0",
+                exactly(
+                    "r0",
+                    device_class="shared",
+                    adminAccess=True,
+                    capacity={"requests": {"memory": "6Gi"}},
+                ),
+                exactly("r1", device_class="shared", capacity={"requests": {"memory": "4Gi"}}),
+            ),
+            claim(
+                "c1", exactly("r0", device_class="shared", capacity={"requests": {"memory": "8Gi"}})
+            ),
+        ],
+        [["r0: s0", "r1: s1"], ["r0: s0"]],
+        shared=[[True, True], [True]],
+    ),
+    Case(
+        "class configs once per class naming their requests; claim configs once; requests "
+        "dropped where a config covers every request",
+        "Allocate (Populate configs; Kubernetes 1.37)",
+        [pool("gpus", [dev("g0"), dev("h0", "mig"), dev("h1", "mig")])],
+        [
+            claim(
+                "c0",
+                exactly("r0", device_class="part"),
+                exactly("r1", device_class="part"),
+                exactly("r2", device_class="whole"),
+                config=[
+                    {"requests": ["r0"], **opaque("c-r0")},
+                    {"requests": ["r2", "r1", "r0"], **opaque("c-all")},
+                    {**opaque("c-empty")},
+                ],
+            )
+        ],
+        [["r0: h0", "r1: h1", "r2: g0"]],
+        config=[
+            [
+                {"source": "FromClass", "requests": ["r0", "r1"], **opaque("P")},
+                {"source": "FromClass", "requests": ["r2"], **opaque("W")},
+                {"source": "FromClaim", "requests": ["r0"], **opaque("c-r0")},
+                {"source": "FromClaim", **opaque("c-all")},
+                {"source": "FromClaim", **opaque("c-empty")},
+            ]
+        ],
+    ),
+    Case(
+        "a claim config naming only an unchosen subrequest is left out; one naming the chosen "
+        "subrequest of the only request covers every request",
+        "Allocate (Populate configs; Kubernetes 1.37)",
+        [pool("gpus", [dev("h0", "mig")])],
+        [
+            claim(
+                "c0",
+                first_available("r0", ("s0", ask("whole")), ("s1", ask("part"))),
+                config=[
+                    {"requests": ["r0/s0"], **opaque("c-s0")},
+                    {"requests": ["r0/s1"], **opaque("c-s1")},
+                ],
+            )
+        ],
+        [["r0/s1: h0"]],
+        config=[
+            [
+                {"source": "FromClass", **opaque("P")},
+                {"source": "FromClaim", **opaque("c-s1")},
+            ]
+        ],
+    ),
+    Case(
+        "a pool with an over-committed counter yields no device that draws counters",
+        "checkAvailableCounters (every counter of the pool is compared)",
+        [
+            pool(
+                "gpus",
+                [
+                    dev("gpu-0", mem=4),
+                    dev("half-0", "mig", mem=2),
+                    dev("n0", "mig", mem=1, counter_set="gpu-1"),
+                    dev("free", "mig"),
+                ],
+                {"gpu-0": 4, "gpu-1": 1},
+            )
+        ],
+        [
+            claim("old", exactly("r0"), allocation=held("gpu-0", "half-0")),
+            claim("c0", exactly("r0", device_class="part")),
+        ],
+        [["r0: free"]],
+    ),
 ]
 
 
@@ -300,13 +475,33 @@ def _nodes() -> list[Obj]:
 
 
 def _classes() -> list[Obj]:
-    return [
-        {
-            "metadata": {"name": name},
-            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
-        }
-        for name, expressions in CLASSES.items()
-    ]
+    classes = []
+    for name, expressions in CLASSES.items():
+        spec: Obj = {"selectors": [{"cel": {"expression": e}} for e in expressions]}
+        if name in CLASS_CONFIG:
+            spec["config"] = [opaque(CLASS_CONFIG[name])]
+        classes.append({"metadata": {"name": name}, "spec": spec})
+    return classes
+
+
+def _pending(claims: list[Obj]) -> list[Obj]:
+    return [c for c in claims if "status" not in c]
+
+
+def _in_use(claims: list[Obj]) -> list[Obj]:
+    return [c for c in claims if "status" in c]
+
+
+def _check_fields(case: Case, allocations: list[Obj | None]) -> None:
+    if case.config is not None:
+        got = [(a or {}).get("devices", {}).get("config", []) for a in allocations]
+        assert got == case.config
+    if case.shared is not None:
+        shares = [
+            [bool(r.get("shareID")) for r in (a or {}).get("devices", {}).get("results", [])]
+            for a in allocations
+        ]
+        assert shares == case.shared
 
 
 def _devices(allocation: Obj | None) -> list[str] | None:
@@ -320,12 +515,18 @@ def test_simulate_first_fit_gives_the_upstream_answer(case: Case) -> None:
     objects = ClusterObjects(
         slices=case.slices, classes=_classes(), claims=case.claims, nodes=_nodes()
     )
-    got = [_devices(o.allocation) for o in simulate(objects, AllocationMode.FIRST_FIT)]
-    assert got == case.expected
+    outcomes = simulate(objects, AllocationMode.FIRST_FIT)
+    assert [_devices(o.allocation) for o in outcomes] == case.expected
+    _check_fields(case, [o.allocation for o in outcomes])
+    if case.fatal is not None:
+        assert case.fatal in (outcomes[0].reason or "")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.rule for c in CASES])
 def test_reference_gives_the_upstream_answer(case: Case) -> None:
+    if case.fatal is not None:
+        pytest.skip("the reference models no fatal errors")
     cluster = Cluster(case.slices, _classes(), _nodes())
-    got = [_devices(o[1] if o else None) for o in reference_simulation(cluster, case.claims)]
-    assert got == case.expected
+    outcomes = reference_simulation(cluster, _pending(case.claims), _in_use(case.claims))
+    assert [_devices(o[1] if o else None) for o in outcomes] == case.expected
+    _check_fields(case, [o[1] if o else None for o in outcomes])
