@@ -154,11 +154,18 @@ def device_minors(slices: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 class PluginDaemon:
     """Holds the running parts so tests and the local cluster can reach them."""
 
-    def __init__(self, config: PluginConfig, api: client.ApiClient | None = None) -> None:
+    def __init__(
+        self,
+        config: PluginConfig,
+        api: client.ApiClient | None = None,
+        backend: GpuBackend | None = None,
+    ) -> None:
+        """`backend` replaces the one `config` names; tests pass an NVML backend over a stand-in
+        `pynvml`, so the NVML path runs end to end without a GPU."""
         self.config = config
         self.api = api if api is not None else api_client(config.kubeconfig)
         self.metrics = PluginMetrics()
-        self.backend = make_backend(config)
+        self.backend = backend if backend is not None else make_backend(config)
         # Before anything talks to the API server: a node without usable driver files must fail
         # here, naming the path, rather than publish GPUs its containers cannot use.
         try:

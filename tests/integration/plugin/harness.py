@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends import GpuBackend
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.fake.mps_control import terminate_daemons
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
@@ -144,7 +145,12 @@ class RunningPlugin:
 
 @contextlib.asynccontextmanager
 async def running_plugin(
-    server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+    server: ApiServer,
+    root: Path,
+    node: str,
+    gpus: str = "H100-SXM5-80GB:2",
+    backend: GpuBackend | None = None,
+    **extra: Any,
 ) -> AsyncIterator[RunningPlugin]:
     settings: dict[str, Any] = {
         "node_name": node,
@@ -158,7 +164,7 @@ async def running_plugin(
     }
     config = PluginConfig(**(settings | extra))
     api = client.ApiClient(client.Configuration(host=server.url))
-    daemon = await asyncio.to_thread(PluginDaemon, config, api)
+    daemon = await asyncio.to_thread(PluginDaemon, config, api, backend)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
     ready = asyncio.create_task(daemon.ready.wait())

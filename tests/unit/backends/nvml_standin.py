@@ -283,6 +283,12 @@ class StandInNvml:
         self._cis = _Handles(_real.c_nvmlComputeInstance_t)
         self._event_sets: list[_EventSet] = []
         self.wait_timeouts: list[int] = []
+        # Where the "kernel driver" publishes MIG capabilities, as the real one does when an
+        # instance is created: /proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access
+        # ("DeviceFileMinor: M") and the matching /dev/nvidia-caps/nvidia-capM node. None: not
+        # modelled (most tests only look at NVML).
+        self.proc_root: Path | None = None
+        self.dev_root: Path | None = None
 
     # Test controls -------------------------------------------------------------------------
 
@@ -610,6 +616,7 @@ class StandInNvml:
         gi_id = min(set(range(32)) - {gi.id for gi in live})
         gi = GpuInstance(gi_id, facts, placement.start, placement.size)
         gpu.gpu_instances[gi_id] = gi
+        self._publish_capability(gpu.minor, gi_id, None)
         return self._gis.handle((gpu, gi), (gpu.uuid, "gi", gi_id, id(gi)))
 
     def nvmlDeviceGetGpuInstances(
@@ -661,6 +668,7 @@ class StandInNvml:
         self._check("nvmlGpuInstanceDestroy", not gi.compute_instances, IN_USE)
         gi.alive = False
         del gpu.gpu_instances[gi.id]
+        self._withdraw_capability(gpu.minor, gi.id, None)
         return SUCCESS
 
     # Compute instances ---------------------------------------------------------------------
@@ -706,6 +714,7 @@ class StandInNvml:
         ci_id = min(set(range(16)) - set(gi.compute_instances))
         ci = ComputeInstance(ci_id, profile_id, by_id[profile_id])
         gi.compute_instances[ci_id] = ci
+        self._publish_capability(gpu.minor, gi.id, ci_id)
         return self._cis.handle((gpu, gi, ci), (gpu.uuid, gi.id, id(gi), ci_id, id(ci)))
 
     def nvmlGpuInstanceGetComputeInstances(
@@ -753,10 +762,42 @@ class StandInNvml:
 
     def nvmlComputeInstanceDestroy(self, ci_handle: Any) -> int:
         self._enter("nvmlComputeInstanceDestroy", ci_handle)
-        _, gi, ci = self._ci("nvmlComputeInstanceDestroy", ci_handle)
+        gpu, gi, ci = self._ci("nvmlComputeInstanceDestroy", ci_handle)
         self._check("nvmlComputeInstanceDestroy", not ci.busy, IN_USE)
         del gi.compute_instances[ci.id]
+        self._withdraw_capability(gpu.minor, gi.id, ci.id)
         return SUCCESS
+
+    def _capability_dir(self, minor: int, gi_id: int, ci_id: int | None) -> Path | None:
+        if self.proc_root is None:
+            return None
+        path = self.proc_root / "driver/nvidia/capabilities" / f"gpu{minor}" / "mig" / f"gi{gi_id}"
+        return path if ci_id is None else path / f"ci{ci_id}"
+
+    @staticmethod
+    def _capability_minor(minor: int, gi_id: int, ci_id: int | None) -> int:
+        # Unique per (GPU, GI, CI); the real driver's numbering is its own business.
+        return 1 + minor * 1000 + gi_id * 20 + (0 if ci_id is None else ci_id + 1)
+
+    def _publish_capability(self, minor: int, gi_id: int, ci_id: int | None) -> None:
+        path = self._capability_dir(minor, gi_id, ci_id)
+        if path is None:
+            return
+        cap = self._capability_minor(minor, gi_id, ci_id)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "access").write_text(f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\n")
+        if self.dev_root is not None:
+            (self.dev_root / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+            (self.dev_root / "nvidia-caps" / f"nvidia-cap{cap}").write_bytes(b"")
+
+    def _withdraw_capability(self, minor: int, gi_id: int, ci_id: int | None) -> None:
+        path = self._capability_dir(minor, gi_id, ci_id)
+        if path is None:
+            return
+        (path / "access").unlink(missing_ok=True)
+        if self.dev_root is not None:
+            cap = self._capability_minor(minor, gi_id, ci_id)
+            (self.dev_root / "nvidia-caps" / f"nvidia-cap{cap}").unlink(missing_ok=True)
 
     # MIG device handles --------------------------------------------------------------------
 
