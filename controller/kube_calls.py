@@ -162,7 +162,8 @@ class ControllerApi:
         return _json(response)
 
     def patch_pod_conditions(self, pod: Mapping[str, Any], conditions: list[Obj]) -> None:
-        """Set conditions by type; the strategic merge keeps other writers' conditions."""
+        """Set these conditions by type; `status.conditions` merges on `type` (strategic
+        merge), so conditions not named here, other writers' included, are left alone."""
         meta = pod["metadata"]
         self._core.patch_namespaced_pod_status(
             meta["name"],

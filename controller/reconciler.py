@@ -509,9 +509,6 @@ class Reconciler:
     async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
         ctype = condition_type(self.config.driver_name)
         current = self.view.pods.get(key_of(pod), pod)
-        others = [
-            c for c in (current.get("status") or {}).get("conditions") or [] if c["type"] != ctype
-        ]
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         mine = {
             "type": ctype,
@@ -521,7 +518,9 @@ class Reconciler:
             "lastTransitionTime": now,
         }
         try:
-            await asyncio.to_thread(self.api.patch_pod_conditions, current, [*others, mine])
+            # Only ours: the strategic merge keys conditions by type, so the others stay as
+            # their writers left them (resending our cached copies could revert newer ones).
+            await asyncio.to_thread(self.api.patch_pod_conditions, current, [mine])
         except client.ApiException as err:
             log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.http import Server
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType, Validator
 from localcluster.storage import Store
@@ -43,7 +44,7 @@ class ApiServer:
         host: str = "127.0.0.1",
         resources: Iterable[ResourceType] = DEFAULT_RESOURCES,
         validators: Mapping[str, Validator] | None = None,
-        history: int = 1000,
+        history: int = DEFAULT_WATCH_HISTORY,
         bookmark_interval_s: float = 5.0,
     ) -> None:
         chosen = dict(DEFAULT_VALIDATORS if validators is None else validators)

@@ -29,6 +29,7 @@ from kubernetes import client, dynamic
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
 from localcluster.apiserver import ApiServer
+from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cli.local_cluster import DEFAULT_GPUS
 from localcluster.roles import claims_from_templates, scheduler
 from localcluster.roles.node_agent import NodeAgent
@@ -88,12 +89,15 @@ class LocalCluster:
         plugin_args: tuple[str, ...] = (),
         controllers: int = 1,
         controller_args: tuple[str, ...] = (),
+        watch_history: int = DEFAULT_WATCH_HISTORY,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
         self.gpus = gpus
         self.driver_name = driver_name
-        self.server = ApiServer(port=port)
+        # `watch_history` bounds the API server's event history: a small one makes the daemons'
+        # watches fall behind it (410 Gone) and list again, as after etcd compaction.
+        self.server = ApiServer(port=port, history=watch_history)
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="dra-lc-", dir="/tmp"))
         self._poll_s = poll_s

@@ -30,6 +30,7 @@ from dra_driver.controller_names import default_finalizer
 from dra_driver.deviceclasses import device_classes
 from dra_driver.pod_claims import claim_names
 from kubeletplugin.prepare.container_edits import env_key
+from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cluster import LocalCluster
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
 
@@ -74,6 +75,7 @@ async def run_demo(
     gpus: str,
     timeout_s: float,
     out: TextIO,
+    watch_history: int = DEFAULT_WATCH_HISTORY,
 ) -> int:
     files = example_files(examples)
     documents = load_documents(files)
@@ -85,7 +87,7 @@ async def run_demo(
     if not pods:
         print("no Pod in the examples: nothing to show", file=out)
         return 1
-    async with LocalCluster(nodes=nodes, gpus=gpus) as cluster:
+    async with LocalCluster(nodes=nodes, gpus=gpus, watch_history=watch_history) as cluster:
         print(f"local cluster: {nodes} node(s) x {gpus}, API server {cluster.server.url}", file=out)
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))

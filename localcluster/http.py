@@ -198,7 +198,7 @@ class Handler(BaseHTTPRequestHandler):
         if method != "GET" and "dryRun" in query:
             # Better refused than silently written: a dry run must not change anything.
             raise errors.bad_request("dryRun is not supported by the local API server")
-        match = parse_selectors(query.get("labelSelector"), query.get("fieldSelector"))
+        match = parse_selectors(rt, query.get("labelSelector"), query.get("fieldSelector"))
         if not name:
             if method == "GET" and query.get("watch", "").lower() in _TRUE:
                 return self._watch(target, query)
@@ -272,7 +272,9 @@ class Handler(BaseHTTPRequestHandler):
         request = WatchRequest(
             resource=target.resource,
             namespace=target.namespace,
-            match=parse_selectors(query.get("labelSelector"), query.get("fieldSelector")),
+            match=parse_selectors(
+                target.resource, query.get("labelSelector"), query.get("fieldSelector")
+            ),
             resource_version=query.get("resourceVersion"),
             timeout_s=timeout,
             bookmarks=query.get("allowWatchBookmarks", "").lower() in _TRUE,

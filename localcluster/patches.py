@@ -1,10 +1,8 @@
 """The three PATCH flavours the official client sends, applied to plain JSON documents.
 
 * JSON merge patch (RFC 7386): dicts merge recursively, `null` deletes, anything else replaces.
-* Strategic merge patch: treated as a merge patch. SIMPLIFICATION: real strategic patches merge
-  some lists by a key (containers by name, ...); here every list is replaced whole, and `$`
-  directive keys (`$patch`, `$setElementOrder/...`, `$retainKeys`) are dropped. Replacing is
-  exactly right for `metadata.finalizers` and for the patches clients in this project send.
+* Strategic merge patch: `strategic_merge` with the kind's list strategies (`patch_strategies`);
+  refused with 415 for kinds that have none (custom resources), as kube-apiserver does.
 * JSON patch (RFC 6902): add, remove, replace, move, copy, test, with RFC 6901 pointers.
 """
 
@@ -14,6 +12,8 @@ import copy
 from typing import Any
 
 from localcluster.errors import ApiError, bad_request
+from localcluster.patch_strategies import Strategies
+from localcluster.strategic_merge import strategic_merge_patch
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -31,17 +31,6 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
-
-
-def _strip_directives(patch: Any) -> Any:
-    if isinstance(patch, dict):
-        return {k: _strip_directives(v) for k, v in patch.items() if not k.startswith("$")}
-    return patch
-
-
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """A strategic merge patch under this module's simplification (lists replace whole)."""
-    return merge_patch(target, _strip_directives(patch))
 
 
 def _pointer(path: str) -> list[str]:
@@ -151,18 +140,40 @@ def json_patch(target: Any, operations: Any) -> Any:
     return doc
 
 
-def apply_patch(content_type: str, target: Any, patch: Any) -> Any:
-    """Dispatch on the request's Content-Type (parameters such as charset are ignored)."""
+def _unsupported(strategic: bool) -> ApiError:
+    # kube-apiserver's words for a patch type the resource does not accept (server-side apply
+    # is not served here, so it is not offered).
+    accepted = [JSON_PATCH, MERGE, *([STRATEGIC] if strategic else [])]
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
+    )
+
+
+def apply_patch(
+    content_type: str, target: Any, patch: Any, strategies: Strategies | None = None
+) -> Any:
+    """Dispatch on the request's Content-Type (parameters such as charset are ignored).
+
+    `strategies` are the kind's list strategies; None means the kind has none (a custom
+    resource), and a strategic merge patch is refused with 415 as upstream.
+    """
     media = content_type.split(";", 1)[0].strip().lower()
     if media == MERGE:
         return merge_patch(target, patch)
     if media == STRATEGIC:
-        return strategic_merge_patch(target, patch)
+        if strategies is None:
+            raise _unsupported(strategic=False)
+        return strategic_merge_patch(target, patch, strategies)
     if media == JSON_PATCH:
         if isinstance(patch, dict):
             # Client quirk: the official Python client (v33+) labels every PATCH body
             # json-patch+json unless told otherwise, dicts included. A JSON object can only
-            # mean a merge-style patch, so it is applied as the strategic merge it used to be.
-            return strategic_merge_patch(target, patch)
+            # mean a merge-style patch: strategic where the kind has strategies, else merge.
+            if strategies is None:
+                return merge_patch(target, patch)
+            return strategic_merge_patch(target, patch, strategies)
         return json_patch(target, patch)
-    raise ApiError(415, "UnsupportedMediaType", f"the media type {media!r} is not supported")
+    raise _unsupported(strategic=strategies is not None)

@@ -1,9 +1,8 @@
 """Label and field selectors, as list and watch requests send them in the query string.
 
-Both are parsed once per request into predicates over a stored object. Field selectors are
-generic dotted paths (`spec.nodeName`, `spec.pool.name`, ...) rather than the per-kind allow
-lists a real API server has: a harness should not reject a selector the real server accepts,
-and a missing field compares as the empty string, as it does upstream.
+Both are parsed once per request into predicates over a stored object. Field selectors accept
+only the fields the kind supports upstream (`field_selectors`), and a missing field compares as
+the empty string (or the kind's default, such as "false"), as it does upstream.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from localcluster.errors import bad_request
+from localcluster.field_selectors import selectable_field
+from localcluster.resources import ResourceType
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 
@@ -71,36 +72,37 @@ def parse_label_selector(text: str | None) -> Predicate:
     return lambda obj: all(term(obj) for term in terms)
 
 
-def field_value(obj: Mapping[str, Any], path: str) -> str:
-    """The string value at a dotted path; "" when missing (how upstream compares absent fields)."""
+def field_value(obj: Mapping[str, Any], path: str, default: str = "") -> str:
+    """The string value at a dotted path; `default` when missing (as upstream compares it)."""
     current: Any = obj
     for part in path.split("."):
         if not isinstance(current, Mapping) or part not in current:
-            return ""
+            return default
         current = current[part]
     if isinstance(current, bool):
         return "true" if current else "false"
-    return "" if current is None else str(current)
+    return default if current is None else str(current)
 
 
-def _field_term(term: str) -> Predicate:
+def _field_term(rt: ResourceType, term: str) -> Predicate:
     match = _EQ_OP.match(term)
     if not match:
         raise bad_request(f"invalid field selector: {term!r}")
-    path, op, value = match.groups()
+    label, op, value = match.groups()
+    field = selectable_field(rt, label)
     if op == "!=":
-        return lambda obj: field_value(obj, path) != value
-    return lambda obj: field_value(obj, path) == value
+        return lambda obj: field_value(obj, field.path, field.default) != value
+    return lambda obj: field_value(obj, field.path, field.default) == value
 
 
-def parse_field_selector(text: str | None) -> Predicate:
-    """A predicate for `fieldSelector` (`=`, `==`, `!=` on dotted paths, ANDed)."""
-    terms = [_field_term(t) for t in _split_terms(text or "")]
+def parse_field_selector(rt: ResourceType, text: str | None) -> Predicate:
+    """A predicate for `fieldSelector` (`=`, `==`, `!=` on the kind's fields, ANDed)."""
+    terms = [_field_term(rt, t) for t in _split_terms(text or "")]
     return lambda obj: all(term(obj) for term in terms)
 
 
-def parse_selectors(labels: str | None, fields: str | None) -> Predicate:
-    """Both selectors of a request as one predicate."""
+def parse_selectors(rt: ResourceType, labels: str | None, fields: str | None) -> Predicate:
+    """Both selectors of a request on `rt` as one predicate."""
     label_pred = parse_label_selector(labels)
-    field_pred = parse_field_selector(fields)
+    field_pred = parse_field_selector(rt, fields)
     return lambda obj: label_pred(obj) and field_pred(obj)

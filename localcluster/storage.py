@@ -7,14 +7,14 @@ share them and lets readers serialise them without holding the lock.
 
 Kubernetes semantics kept here, because clients depend on them:
 * optimistic concurrency (409 Conflict on a stale `metadata.resourceVersion`);
-* status subresources (a main-resource write never changes `status`, a status write changes
-  nothing else);
+* status subresources (a create keeps only what `create_status` allows, a main-resource write
+  never changes `status`, a status write changes nothing else);
 * finalizers (DELETE only marks `deletionTimestamp` while any remain; removing the last one
   deletes the object);
 * owner-reference garbage collection (deleting an object deletes what it owns, by uid; deleting
   a namespace deletes what is in it).
-Simplifications: namespaces need not exist before objects are created in them; `status` given
-on create is kept (handy for fake nodes); list `limit`/`continue` are not implemented.
+Simplifications: namespaces need not exist before objects are created in them; list
+`limit`/`continue` are not implemented.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from localcluster import errors
+from localcluster.create_status import status_on_create
+from localcluster.patch_strategies import strategies_for
 from localcluster.patches import apply_patch
 from localcluster.resources import ResourceType
 
@@ -168,6 +170,10 @@ class Store:
             meta["generation"] = 1
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
                 meta.pop(key, None)
+            status = status_on_create(rt, obj)
+            obj.pop("status", None)
+            if status is not None:
+                obj["status"] = status
             self._validate(rt, obj)
             return copy.deepcopy(self._commit(rt, (namespace, name), obj, None, "ADDED"))
 
@@ -199,7 +205,7 @@ class Store:
         """PATCH: apply the patch to the current object, then continue as an update."""
         with self._cond:
             old = self._existing(rt, namespace, name)
-            patched = apply_patch(content_type, old, patch)
+            patched = apply_patch(content_type, old, patch, strategies_for(rt.key))
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
             new = self._merged_for_update(rt, namespace, name, old, patched, status)

@@ -15,6 +15,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+DEFAULT_WATCH_HISTORY = 1000
+"""Events kept for watches (also `ApiServer`'s and `LocalCluster`'s default)."""
+
 
 def _port(text: str) -> int:
     try:
@@ -23,6 +26,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"--port: {text!r} is not a number") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"--port: {value} is not between 0 and 65535")
+    return value
+
+
+def _events(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--watch-history: {text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--watch-history: must be at least 1, got {value}")
     return value
 
 
@@ -36,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _stop)
-    with ApiServer(port=args.port) as server:
+    with ApiServer(port=args.port, history=args.watch_history) as server:
         print(f"API server listening on {server.url}", flush=True)
         if args.kubeconfig_out is not None:
             path = server.write_kubeconfig(args.kubeconfig_out)
@@ -67,5 +80,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="PATH",
         help="write a kubeconfig pointing at the server to PATH",
+    )
+    parser.add_argument(
+        "--watch-history",
+        type=_events,
+        default=DEFAULT_WATCH_HISTORY,
+        metavar="EVENTS",
+        help="writes kept for watches to resume from; a watch from an older resourceVersion "
+        f"gets 410 Gone and must list again (default {DEFAULT_WATCH_HISTORY})",
     )
     parser.set_defaults(run=run)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from dra_driver.logging_setup import configure_logging
+from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 
 DEFAULT_GPUS = "H100-SXM5-80GB:8"
 """Every node's fake GPUs unless `--gpus` says otherwise (also `LocalCluster`'s default)."""
@@ -36,7 +37,9 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    async with LocalCluster(nodes=args.nodes, gpus=args.gpus) as cluster:
+    async with LocalCluster(
+        nodes=args.nodes, gpus=args.gpus, watch_history=args.watch_history
+    ) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
         print(f"API server: {cluster.server.url}", flush=True)
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
                 gpus=args.gpus,
                 timeout_s=args.timeout,
                 out=sys.stdout,
+                watch_history=args.watch_history,
             )
         )
     with contextlib.suppress(KeyboardInterrupt):
@@ -96,6 +100,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the demo pods"
+    )
+    parser.add_argument(
+        "--watch-history",
+        type=_positive,
+        default=DEFAULT_WATCH_HISTORY,
+        metavar="EVENTS",
+        help="writes the API server keeps for watches; older watches get 410 Gone and list "
+        f"again (default {DEFAULT_WATCH_HISTORY})",
     )
     parser.add_argument("--verbose", action="store_true", help="log what the stand-ins do")
     parser.set_defaults(run=run)

@@ -65,9 +65,9 @@ async def test_allocation_seen_only_by_the_fresh_read_before_writing(
         steal(cluster, "theirs", whole_gpu_allocation("node-1", "gpu-0"))
         await daemon.reconciler.run_pass()
         assert daemon.metrics.conflicts.labels("before-write")._value.get() == 1
-        assert "status" not in cluster.get_claim("ours")
+        assert not cluster.get_claim("ours").get("status")
         await daemon.reconciler.run_pass()  # decided again: nothing fits now
-        assert "status" not in cluster.get_claim("ours")
+        assert not cluster.get_claim("ours").get("status")
         assert cluster.gated("gated")
     finally:
         daemon.stop_watches()

@@ -38,13 +38,14 @@ def test_merge_patch_merges_maps_and_null_deletes(core: client.CoreV1Api, node: 
     assert after.metadata.labels == {"b": "2", "c": "3"}
 
 
-def test_strategic_patch_replaces_lists(core: client.CoreV1Api, node: str) -> None:
+def test_strategic_patch_merges_finalizers(core: client.CoreV1Api, node: str) -> None:
+    # metadata.finalizers is `patchStrategy:"merge"`: a patch adds, never replaces.
     after = core.patch_node(
         node,
-        {"metadata": {"finalizers": ["x/two"], "$setElementOrder/finalizers": [{"x": 1}]}},
+        {"metadata": {"finalizers": ["x/three", "x/two"]}},
         _content_type=STRATEGIC,
     )
-    assert after.metadata.finalizers == ["x/two"]
+    assert after.metadata.finalizers == ["x/one", "x/two", "x/three"]
     assert after.spec.pod_cidrs == ["10.0.0.0/24", "10.0.1.0/24"]
 
 

@@ -29,6 +29,17 @@ async def test_every_example_pod_gets_what_it_asked_for() -> None:
     assert text.count("claim shared-gpu: gpu -> gpu-") == 2
 
 
+async def test_the_demo_survives_a_watch_history_too_short_to_resume_from() -> None:
+    # One event of history: any two writes between a daemon's reads put its watch behind it
+    # (the controller's informers get 410 Gone dozens of times in a run), so the daemons must
+    # list again and carry on; every pod must still get what it asked for.
+    out = io.StringIO()
+    code = await run_demo(
+        [EXAMPLES], nodes=2, gpus="H100-SXM5-80GB:8", timeout_s=90, out=out, watch_history=1
+    )
+    assert code == 0, out.getvalue()
+
+
 async def test_a_pod_that_cannot_fit_fails_the_demo(tmp_path: Path) -> None:
     greedy = tmp_path / "greedy.yaml"
     greedy.write_text(

@@ -1,0 +1,62 @@
+"""The controller's own writes keep their meaning under the API server's real patch semantics."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from controller.kube_calls import ControllerApi
+
+NS = "default"
+
+
+def test_pod_condition_patch_leaves_other_writers_conditions(api_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(
+        NS, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    )
+    calls = ControllerApi(api_client, "test")
+    stale = api_client.sanitize_for_serialization(core.read_namespaced_pod("p", NS))
+    # Another writer (kubelet) sets its condition after the controller's read.
+    core.patch_namespaced_pod_status(
+        "p",
+        NS,
+        {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    mine = {"type": "example.com/Allocated", "status": "False", "reason": "Unallocatable"}
+    calls.patch_pod_conditions(stale, [mine])
+    conditions = core.read_namespaced_pod("p", NS).status.conditions
+    assert [(c.type, c.status) for c in conditions] == [
+        ("Ready", "True"),
+        ("example.com/Allocated", "False"),
+    ]
+    # Setting it again replaces ours (same type) rather than adding a second one.
+    calls.patch_pod_conditions(stale, [{**mine, "status": "True", "reason": "Allocated"}])
+    conditions = core.read_namespaced_pod("p", NS).status.conditions
+    assert [(c.type, c.status) for c in conditions] == [
+        ("Ready", "True"),
+        ("example.com/Allocated", "True"),
+    ]
+
+
+def test_claim_finalizer_patches_replace_the_list_they_send(api_client: client.ApiClient) -> None:
+    # The writer sends the whole list with a resourceVersion (JSON merge patch: lists replace),
+    # so removing our finalizer really removes it, and a stale list is refused, not merged.
+    custom = client.CustomObjectsApi(api_client)
+    claim = custom.create_namespaced_custom_object(
+        "resource.k8s.io",
+        "v1",
+        NS,
+        "resourceclaims",
+        {
+            "metadata": {"name": "c", "finalizers": ["other/keep", "ours/done"]},
+            "spec": {"devices": {"requests": []}},
+        },
+    )
+    calls = ControllerApi(api_client, "test")
+    written = calls.patch_claim(claim, {"finalizers": ["other/keep"]})
+    assert written["metadata"]["finalizers"] == ["other/keep"]
+    with pytest.raises(client.ApiException) as caught:
+        calls.patch_claim(claim, {"finalizers": ["other/keep", "ours/again"]})
+    assert caught.value.status == 409
