@@ -23,6 +23,7 @@ from kubernetes import client
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake import mps_control as fake_mps_control
 from dra_driver.backends.fake.state import read_boot_id
 from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.cdi import CdiSpecDir, ContainerEdits
@@ -95,11 +96,16 @@ class PluginConfig:
 
 
 def mps_command(config: PluginConfig) -> tuple[str, ...]:
-    """How to run the MPS control tool (the fake one runs under this interpreter)."""
+    """How to run the MPS control tool.
+
+    The fake one runs under this interpreter, by file and without `site` (it needs only the
+    standard library): `-m` would import its parent packages, the whole fake backend, on every
+    start and stop of a daemon.
+    """
     if config.mps_control is not None:
         return (str(config.mps_control),)
     if config.fake_gpus:
-        return (sys.executable, "-m", "dra_driver.backends.fake.mps_control")
+        return (sys.executable, "-S", fake_mps_control.__file__)
     if config.driver_root is not None:
         return (str(config.driver_root / DEFAULT_MPS_CONTROL.relative_to("/")),)
     return (str(DEFAULT_MPS_CONTROL),)
