@@ -4,6 +4,10 @@ A decision is tentative: its allocations are *assumed* in the view (so the next 
 take the same devices) until they are written and confirmed, or forgotten. Pods whose claims are
 partly allocated already (a claim shared with a running pod, or a write that got halfway before a
 failover) are pinned to that node, so a pod never ends up with claims on two nodes.
+
+Only nodes with room for the pod's CPU, memory and other requests (the kube-scheduler's
+NodeResourcesFit, see `dra_driver.noderesources`) are offered to the allocator; a gang's members
+must fit on their nodes together.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator import AllocationError, InputError
 from dra_driver.allocator.result import allocation_node
+from dra_driver.noderesources import Shortfall
 
 
 @dataclass(slots=True)
@@ -59,6 +64,9 @@ class _PodState:
     """Unallocated claims, deduplicated across the unit."""
     pinned: str | None
     nodes: list[str]
+    """Eligible nodes with room for the pod."""
+    lacking: dict[str, list[Shortfall]]
+    """Eligible nodes without room for it → what they lack."""
 
 
 def _pod_state(view: ClusterView, pod: Obj, taken: set[Key]) -> _PodState | Outcome:
@@ -94,7 +102,32 @@ def _pod_state(view: ClusterView, pod: Obj, taken: set[Key]) -> _PodState | Outc
         if allocation_of(claim) is None and key not in view.assumed and key not in taken:
             taken.add(key)
             missing.append(claim)
-    return _PodState(pod, claims, missing, pinned, nodes)
+    lacking: dict[str, list[Shortfall]] = {}
+    if missing:  # nothing left to allocate: the pod goes where its claims are anyway
+        lacking = view.lacking([pod], nodes)
+        nodes = [n for n in nodes if n not in lacking]
+        if not nodes:
+            return Unallocatable(f"pod {_pod_name(pod)}: {no_room(lacking)}")
+    return _PodState(pod, claims, missing, pinned, nodes, lacking)
+
+
+def no_room(lacking: Mapping[str, Sequence[Shortfall]]) -> str:
+    """Why no node has room, for Events and the pod condition (a few nodes, by name)."""
+    return f"no eligible node has room for the pod ({_lacking_text(lacking)})"
+
+
+def _lacking_text(lacking: Mapping[str, Sequence[Shortfall]]) -> str:
+    shown = sorted(lacking.items())[:3]
+    text = "; ".join(f"node {node}: {', '.join(map(str, lack))}" for node, lack in shown)
+    more = len(lacking) - len(shown)
+    return f"{text}{f'; and {more} more' if more else ''}"
+
+
+def _with_reason(reason: str | None, lacking: Mapping[str, Sequence[Shortfall]]) -> str:
+    """The allocator's reason, plus the nodes left out for lack of CPU, memory or pod slots."""
+    if not lacking:
+        return str(reason)
+    return f"{reason}; left out for lack of room: {_lacking_text(lacking)}"
 
 
 def decide(view: ClusterView, pods: Sequence[Obj]) -> Outcome:
@@ -128,6 +161,9 @@ def _together(view: ClusterView, states: Sequence[_PodState], decision: Decision
     missing = [c for s in states for c in s.missing]
     if not common or not missing:
         return False
+    common -= set(view.lacking([s.pod for s in states], common))
+    if not common:
+        return False
     placement = view.placer().place(missing, nodes=sorted(common))
     if placement.allocations is None or placement.node is None:
         return False
@@ -143,11 +179,19 @@ def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decisi
         if not state.missing:
             decision.nodes[key_of(state.pod)] = state.pinned
             continue
-        placement = view.placer().place(state.missing, nodes=state.nodes, prefer=used)
+        prefix = "" if len(states) == 1 else f"gang member {_pod_name(state.pod)}: "
+        nodes = state.nodes
+        lacking = dict(state.lacking)
+        if used:  # the members placed so far count against their nodes now
+            lacking.update(view.lacking([state.pod], nodes))
+            nodes = [n for n in nodes if n not in lacking]
+            if not nodes:
+                _release(view, decision)
+                return Unallocatable(f"{prefix}{no_room(lacking)}")
+        placement = view.placer().place(state.missing, nodes=nodes, prefer=used)
         if placement.allocations is None or placement.node is None:
             _release(view, decision)
-            prefix = "" if len(states) == 1 else f"gang member {_pod_name(state.pod)}: "
-            return Unallocatable(f"{prefix}{placement.reason}")
+            return Unallocatable(f"{prefix}{_with_reason(placement.reason, lacking)}")
         _adopt(view, state.missing, placement.allocations, decision)
         decision.nodes[key_of(state.pod)] = placement.node
         used.add(placement.node)

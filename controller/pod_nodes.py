@@ -3,8 +3,11 @@
 The controller picks the node when it allocates a gated pod's claims (the allocation's node
 selector then pins the pod), so it must honour what the scheduler's own filters would: the pod's
 `nodeSelector`, its required node affinity, node taints against its tolerations, and nodes that
-are cordoned or not Ready. Anything else the scheduler checks later (CPU, memory, ports) can still
-keep the pod pending on that node; that is the price of choosing the node for the devices.
+are cordoned or not Ready. Room for the pod's CPU, memory and other requests is checked next,
+against what the pods already there take (`ClusterView.lacking`, NodeResourcesFit's rules in
+`dra_driver.noderesources`). What else the scheduler checks (host ports, inter-pod affinity,
+topology spread) can still keep the pod pending on the chosen node; that is the price of choosing
+the node for the devices.
 """
 
 from __future__ import annotations

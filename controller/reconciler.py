@@ -28,7 +28,7 @@ from kubernetes import client
 
 from controller.allocation_metrics import AllocationMetrics
 from controller.config import ControllerConfig
-from controller.decide import Decision, NotYet, Unallocatable, decide
+from controller.decide import Decision, NotYet, Unallocatable, decide, no_room
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.kube_calls import ControllerApi
@@ -376,7 +376,29 @@ class Reconciler:
                 self._stale[key] = list(decision.pods)
                 self._retry(decision)
                 return False
+        why = self._room_lost(decision)
+        if why is not None:
+            self.metrics.conflicts.labels(stage).inc()
+            log.info("decision dropped: the node has no room left", stage=stage, reason=why)
+            self._retry(decision)
+            return False
         return True
+
+    def _room_lost(self, decision: Decision) -> str | None:
+        """Why a node the decision chose has no room left for its pods (the kube-scheduler may
+        have bound other pods there meanwhile), or None. Only pods the decision allocated
+        something for are checked: the others' claims were on their node already."""
+        allocating = {key_of(p) for k in decision.allocations for p in decision.claims.get(k, ())}
+        by_node: dict[str, list[Obj]] = {}
+        for pod in decision.pods:
+            node = decision.nodes.get(key_of(pod))
+            if node is not None and key_of(pod) in allocating:
+                by_node.setdefault(node, []).append(pod)
+        for node, pods in by_node.items():
+            lacking = self.view.lacking(pods, [node])
+            if lacking:
+                return no_room(lacking)
+        return None
 
     async def _withdraw_stale(self) -> None:
         stale, self._stale = self._stale, {}

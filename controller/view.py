@@ -3,9 +3,10 @@
 Decisions read this view, never the API server: the allocator's parsed snapshot of slices,
 classes and nodes is rebuilt only when one of those changes (selector verdicts survive the
 rebuild in a shared cache keyed by slice resourceVersion), and what is in use is updated claim by
-claim as claim events arrive. Allocations this controller decided but has not yet seen come back
-through the watch are *assumed* (as the kube-scheduler's assume cache does): they count as taken,
-so two decisions in a row never pick the same device.
+claim as claim events arrive. What the pods on each node request (CPU, memory, pod slots) is
+kept the same way, pod by pod (see `node_load`). Allocations this controller decided but has not
+yet seen come back through the watch are *assumed* (as the kube-scheduler's assume cache does):
+they count as taken, so two decisions in a row never pick the same device.
 
 Everything here runs on the event loop; informer threads only hand events over.
 """
@@ -15,17 +16,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
 
-from controller.informer import Event, Key, Obj, resource_version
+from controller.informer import Event, Key, Obj, key_of, resource_version
+from controller.node_load import NodeLoad, counted_node
 from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage, VerdictCache
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.result import allocation_node
 from dra_driver.allocator.scoring import FragmentationModel
 from dra_driver.cel import default_environment
+from dra_driver.noderesources import (
+    EMPTY,
+    NodeUsage,
+    Resources,
+    Shortfall,
+    insufficient,
+    node_allocatable,
+    pod_requests,
+)
 from dra_driver.pod_claims import claim_names, known_claim_names
 
 log = structlog.get_logger(__name__)
@@ -61,6 +72,10 @@ class ClusterView:
         """The newest claim resourceVersion the watch has delivered; events come in order, so
         every claim change up to it is in the view."""
         self._claims_caught_up = asyncio.Condition()
+        self.load = NodeLoad()
+        """Per node, what the pods counted against it request."""
+        self._allocatable: dict[str, Resources | None] = {}
+        """Node → its parsed `status.allocatable` (None: it publishes none), parsed once."""
         self.generation = 0
         """Bumped on every change that can make a pod that did not fit fit now."""
         self.snapshot_builds = 0
@@ -95,6 +110,39 @@ class ClusterView:
     def usage(self) -> Usage:
         return self.placer().usage
 
+    def lacking(self, pods: Sequence[Obj], nodes: Iterable[str]) -> dict[str, list[Shortfall]]:
+        """The nodes of `nodes` without room for `pods` all at once → what they lack, after the
+        pods already counted against each (the `pods` themselves excepted, should they be
+        counted there already). A node that publishes no allocatable is not checked."""
+        wanted = EMPTY
+        own: list[tuple[str, Resources]] = []
+        for pod in pods:
+            wanted += pod_requests(pod)
+            counted = self.load.of(key_of(pod))
+            if counted is not None:
+                own.append(counted)
+        lacking: dict[str, list[Shortfall]] = {}
+        for node in nodes:
+            allocatable = self._allocatable_of(node)
+            if allocatable is None:
+                continue
+            used = self.load.on(node)
+            for where, requests in own:
+                if where == node:
+                    used = used.minus(requests)
+            # Every pod takes a slot: the slots are checked for all of them, requests as one.
+            used = NodeUsage(used.requested, used.pods + len(pods) - 1)
+            lack = insufficient(wanted, allocatable, used)
+            if lack:
+                lacking[node] = lack
+        return lacking
+
+    def _allocatable_of(self, node: str) -> Resources | None:
+        if node not in self._allocatable:
+            found = self.nodes.get(("", node))
+            self._allocatable[node] = None if found is None else node_allocatable(found)
+        return self._allocatable[node]
+
     def claim(self, namespace: str, name: str) -> Obj | None:
         return self.claims.get((namespace, name))
 
@@ -125,6 +173,8 @@ class ClusterView:
             store.pop(event.key, None)
         else:
             store[event.key] = event.obj
+        if event.resource == "nodes":
+            self._allocatable.pop(event.key[1], None)
         if event.resource in SNAPSHOT_KINDS:
             if self._placer is not None:
                 self._placer = None
@@ -184,16 +234,35 @@ class ClusterView:
                 self.users.get((event.key[0], name), set()).discard(event.key)
         if event.kind == "DELETED":
             self.pods.pop(event.key, None)
+            self.load.set(event.key, None)
             self.generation += 1
             return
         self.pods[event.key] = event.obj
         for name in claim_names(event.obj) or known_claim_names(event.obj):
             self.users.setdefault((event.key[0], name), set()).add(event.key)
+        self._recount(event.key)
+
+    def _recount(self, key: Key) -> None:
+        """Count the pod against the node it is on, nominated for or allocated on, now."""
+        pod = self.pods.get(key)
+        node = None if pod is None else counted_node(pod, lambda c: self._claim_node(key[0], c))
+        if self.load.count(key, pod, node):
+            self.generation += 1
+
+    def _recount_users(self, claim: Key) -> None:
+        for pod in list(self.users.get(claim, ())):
+            self._recount(pod)
+
+    def _claim_node(self, namespace: str, name: str) -> str | None:
+        key = (namespace, name)
+        allocation = allocation_of(self.claims.get(key)) or self.assumed.get(key)
+        return None if allocation is None else allocation_node(allocation)
 
     def _claim_changed(self, key: Key, claim: Obj | None) -> None:
         allocation = allocation_of(claim)
         if allocation is not None or claim is None:
             self.assumed.pop(key, None)
+        self._recount_users(key)
         if self._placer is None:
             return  # the next rebuild reads every claim
         wanted = allocation if allocation is not None else self.assumed.get(key)
@@ -205,12 +274,14 @@ class ClusterView:
     def assume(self, key: Key, allocation: Obj) -> None:
         self.assumed[key] = allocation
         self._record(key, allocation)
+        self._recount_users(key)
 
     def forget(self, key: Key) -> None:
         """Drop an assumption (its write failed or was withdrawn); free what it held."""
         if self.assumed.pop(key, None) is None:
             return
         self._record(key, allocation_of(self.claims.get(key)))
+        self._recount_users(key)
         self.generation += 1
 
     def conflict(self, key: Key, allocation: Obj) -> str | None:

@@ -36,6 +36,11 @@ from localcluster.roles.node_agent import NodeAgent
 
 log = structlog.get_logger(__name__)
 
+#: What each node offers pods, as a kubelet on an eight-GPU server reports it (system and kube
+#: reservations already taken off): the scheduler stand-in and the controller both check pods'
+#: CPU and memory requests against it.
+NODE_ALLOCATABLE = {"cpu": "110", "memory": "1900Gi", "ephemeral-storage": "3Ti", "pods": "110"}
+
 
 @dataclass
 class LocalNode:
@@ -129,7 +134,11 @@ class LocalCluster:
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "capacity": NODE_ALLOCATABLE,
+                        "allocatable": NODE_ALLOCATABLE,
+                    },
                 }
             )
             root = self.workdir / name

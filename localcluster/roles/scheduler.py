@@ -7,7 +7,9 @@ each claim's `status.allocation` and `reservedFor`, and binds the pod by setting
 `spec.nodeName`. Like the real scheduler, whose informers see the controller's allocations, it
 re-reads the claims right before writing and gives up a choice whose devices were taken since
 the pass began (the pass reads the cluster once and can take seconds). Pods that carry a
-gate are left to the controller. Nothing is scored, nothing
+gate are left to the controller. As the scheduler's NodeResourcesFit does, it places a pod only
+where its CPU, memory and other requests fit what the node's `status.allocatable` has left after
+the pods bound or nominated there (`dra_driver.noderesources`). Nothing is scored, nothing
 is preempted; a pod that does not fit stays pending with `PodScheduled=False` (reason
 `Unschedulable`, as the real scheduler reports it) and is tried again on the next pass.
 """
@@ -21,6 +23,14 @@ from kubernetes import dynamic
 
 from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
 from dra_driver.allocator.result import allocation_node
+from dra_driver.noderesources import (
+    NodeUsage,
+    Resources,
+    Shortfall,
+    insufficient,
+    node_allocatable,
+    pod_requests,
+)
 from dra_driver.pod_claims import claim_names
 
 log = structlog.get_logger(__name__)
@@ -67,6 +77,63 @@ def _clash(
     return None
 
 
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class NodeRoom:
+    """What each node has left for pods in this pass: allocatable less the requests of the pods
+    bound or nominated there (finished pods excepted, as the scheduler does not watch them)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        self.allocatable = {n["metadata"]["name"]: node_allocatable(n) for n in nodes}
+        self.used: dict[str, NodeUsage] = {}
+        self.nominated: dict[tuple[str, str], tuple[str, Resources]] = {}
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+                continue
+            bound = (pod.get("spec") or {}).get("nodeName")
+            nominated = (pod.get("status") or {}).get("nominatedNodeName")
+            if bound or nominated:
+                requests = pod_requests(pod)
+                self.take(str(bound or nominated), requests)
+                if not bound:
+                    meta = pod["metadata"]
+                    self.nominated[(meta["namespace"], meta["name"])] = (str(nominated), requests)
+
+    def lacking(self, requests: Resources, node: str) -> list[Shortfall]:
+        allocatable = self.allocatable.get(node)
+        if allocatable is None:
+            return []  # publishes no allocatable: nothing to check against
+        return insufficient(requests, allocatable, self.used.get(node, NodeUsage()))
+
+    def take(self, node: str, requests: Resources) -> None:
+        self.used[node] = self.used.get(node, NodeUsage()).plus(requests)
+
+    def consider(self, pod: dict[str, Any]) -> None:
+        """A pod about to be placed no longer holds the node it was nominated for: it is
+        placed afresh (and taken where it lands)."""
+        meta = pod["metadata"]
+        nominated = self.nominated.pop((meta["namespace"], meta["name"]), None)
+        if nominated is not None:
+            node, requests = nominated
+            self.used[node] = self.used[node].minus(requests)
+
+
+def no_room_message(lacking: dict[str, list[Shortfall]], total: int) -> str:
+    """The scheduler's summary: "0/3 nodes are available: 2 Insufficient cpu, 1 Too many pods"."""
+    counts: dict[str, int] = {}
+    for shortfalls in lacking.values():
+        for shortfall in shortfalls:
+            reason = (
+                "Too many pods"
+                if shortfall.resource == "pods"
+                else f"Insufficient {shortfall.resource}"
+            )
+            counts[reason] = counts.get(reason, 0) + 1
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    return f"0/{total} nodes are available: {reasons}."
+
+
 def reconcile_once(client: dynamic.DynamicClient) -> int:
     pods = client.resources.get(api_version="v1", kind="Pod")
     claims = client.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
@@ -85,9 +152,11 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
     )
     by_key = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in all_claims}
     bound = 0
+    all_pods = _items(pods)
+    room = NodeRoom(node_objects, all_pods)
     pending = [
         p
-        for p in _items(pods)
+        for p in all_pods
         if not (p.get("spec") or {}).get("nodeName")
         and not (p.get("spec") or {}).get("schedulingGates")
         and not p["metadata"].get("deletionTimestamp")
@@ -104,9 +173,20 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
         nodes_of = {
             allocation_node(c["status"]["allocation"]) for c in pod_claims if c not in unallocated
         }
+        requests = pod_requests(pod)
+        room.consider(pod)
+        pinned = sorted(n for n in nodes_of if n is not None)
+        lacking = {n: lack for n in {*schedulable, *pinned} if (lack := room.lacking(requests, n))}
+        roomy = [n for n in schedulable if n not in lacking]
+        if any(n in lacking for n in pinned) or not (pinned or roomy):
+            shown = {n: lacking[n] for n in pinned} if pinned else lacking
+            message = no_room_message(shown, len(pinned) or len(schedulable))
+            log.info("pod does not fit", pod=meta["name"], reason=message)
+            _mark_unschedulable(pods, pod, message)
+            continue
         if unallocated:
             try:
-                placement = placer.place(unallocated, nodes=schedulable)
+                placement = placer.place(unallocated, nodes=roomy)
             except AllocationError as err:
                 log.warning("pod cannot be scheduled", pod=meta["name"], error=err.message)
                 _mark_unschedulable(pods, pod, err.message)
@@ -132,7 +212,7 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
             log.warning("pod's claims are allocated on different nodes", pod=meta["name"])
             continue
         # A pod without claims may go anywhere: the first schedulable node.
-        node = next(iter(nodes_of), None) or (schedulable[0] if schedulable else None)
+        node = next(iter(nodes_of), None) or roomy[0]
         if node is None:
             continue
         consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
@@ -158,5 +238,6 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
             namespace=meta["namespace"],
             content_type=MERGE,
         )
+        room.take(node, requests)
         bound += 1
     return bound

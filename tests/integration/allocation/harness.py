@@ -109,17 +109,26 @@ class Cluster:
         self.objects = client.CustomObjectsApi(api)
 
     def add_nodes(
-        self, count: int, gpus: str = "H100-SXM5-80GB:8", prefix: str = "node"
+        self,
+        count: int,
+        gpus: str = "H100-SXM5-80GB:8",
+        prefix: str = "node",
+        allocatable: Mapping[str, str] | None = None,
     ) -> list[str]:
+        """Ready nodes with fake GPUs; `allocatable` is their `status.allocatable` (none by
+        default: then CPU and memory are not checked)."""
         names = []
         for index in range(count):
             name = f"{prefix}-{index + 1}"
+            status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True"}]}
+            if allocatable is not None:
+                status["allocatable"] = dict(allocatable)
             self.core.create_node(
                 {
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                    "status": status,
                 }
             )
             backend = FakeBackend.from_spec(gpus, name)
