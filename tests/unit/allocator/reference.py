@@ -17,6 +17,10 @@ whoever holds the device (``_admin_counters_exceed``).
 Third, a pool whose counters earlier claims already over-commit yields no device that draws
 counters (``_over_committed_pool``).
 
+Fourth, an admin pick of a device with multiple allocations takes a share that the later claims
+of the same pod count, like any share (``_pod_capacity_exceeded``); the checker counts it only
+against the rest of its own claim, since a written admin result takes nothing.
+
 Fatal errors are not modelled: a constraint that refuses a member of an ``All`` set, which the
 allocator reports as fatal, is here just a candidate the checker rejects.
 
@@ -196,6 +200,34 @@ def _pod_local_conflict(
     return False
 
 
+def _pod_capacity_exceeded(
+    base: Usage, claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]]
+) -> bool:
+    """Whether a share of the pod does not fit, counting the admin shares of earlier claims.
+
+    Upstream's allocatingCapacity spans every claim of one Allocate call, and an admin pick of
+    a device with multiple allocations takes a share there like any other pick; a written admin
+    result takes nothing, so the checker counts an admin share only against the rest of its own
+    claim. Here every share of the pod, in search order, must fit what the earlier claims and
+    the earlier picks of the pod leave.
+    """
+    consumed: dict[tuple[tuple[str, str, str], str], Fraction] = dict(base.consumed)
+    for _, picks in claims:
+        for alternative, devices in picks:
+            for device in devices:
+                if not device.multiple:
+                    continue
+                amounts = share_amounts(device, alternative.capacity)
+                if not isinstance(amounts, dict):
+                    continue  # the checker reports it
+                for name, amount in amounts.items():
+                    slot = (device.key, name)
+                    consumed[slot] = consumed.get(slot, Fraction(0)) + amount
+                    if consumed[slot] > device.capacity[name].value:
+                        return True
+    return False
+
+
 def _admin_counters_exceed(
     checker: ClusterChecker,
     base: Usage,
@@ -272,7 +304,7 @@ def first_fit_reference(
         for spec in specs:
             grouped.append((spec, combination[position : position + len(spec.requests)]))
             position += len(spec.requests)
-        if _pod_local_conflict(grouped):
+        if _pod_local_conflict(grouped) or _pod_capacity_exceeded(base, grouped):
             continue
         if any(_over_committed_pool(checker, base, picks, node) for _, picks in grouped):
             continue

@@ -17,7 +17,7 @@ from dra_driver.cli.inputs import ClusterObjects
 from dra_driver.cli.simulate import simulate
 from tests.unit.allocator.reference import TooManyCandidatesError, first_fit_reference
 from tests.unit.allocator.strategies import Cluster, contending_claims, partitioned_clusters
-from tests.unit.allocator.test_properties import _comparable
+from tests.unit.allocator.test_properties import UNMODELLED_FATAL, _comparable
 
 Obj = dict[str, Any]
 
@@ -77,6 +77,14 @@ def test_simulate_first_fit_matches_the_reference(cluster: Cluster, pending: lis
     )
     event("non-trivial" if allocated >= 2 else "trivial")
     event(f"admin access asked: {admin}")
+    # A fatal error the reference does not model leaves its answer for that claim, and so for
+    # the claims after it, saying nothing: compare the claims before it.
+    for index, (outcome, wanted) in enumerate(zip(got, expected, strict=True)):
+        if wanted is not None and UNMODELLED_FATAL in (outcome.reason or ""):
+            if index == 0:
+                reject()
+            got, expected = got[:index], expected[:index]
+            break
     assert [o.allocated for o in got] == [e is not None for e in expected]
     for outcome, wanted in zip(got, expected, strict=True):
         if wanted is None:
