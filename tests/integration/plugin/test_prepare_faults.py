@@ -112,7 +112,9 @@ def _host_tree(base: Path, minor: int) -> tuple[Path, Path]:
         }
         for relative, cap in entries.items():
             (caps / relative).mkdir(parents=True, exist_ok=True)
-            (caps / relative / "access").write_text(f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\n")
+            (caps / relative / "access").write_text(
+                f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\n"
+            )
             (dev / "nvidia-caps" / f"nvidia-cap{cap}").write_bytes(b"")
     return dev, proc
 
