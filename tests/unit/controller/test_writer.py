@@ -187,9 +187,32 @@ def test_withdraw_gives_up_after_its_attempts(api: client.ApiClient, calls: Cont
     claim = writer(calls).allocate(new_claim(api), ALLOCATION, [pod])
     key = ("default", claim["metadata"]["name"])
     racing = _Interfering(calls, api, times=5)
-    assert not ClaimWriter(racing, FINALIZER, lambda: True).withdraw(key, [pod], attempts=3)
-    assert racing.patches == 3
+    assert not ClaimWriter(racing, FINALIZER, lambda: True).withdraw(key, [pod])
+    assert racing.patches == 3  # three attempts unless told otherwise
     assert calls.get_claim(*key)["status"]["allocation"] == ALLOCATION
+
+
+class _Deleting(ControllerApi):
+    """The claim is deleted between the controller's read and its patch."""
+
+    def __init__(self, inner: ControllerApi, api: client.ApiClient) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._api = api
+
+    def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+        client.CustomObjectsApi(self._api).delete_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", claim["metadata"]["name"]
+        )
+        return super().patch_claim_status(claim, status)
+
+
+def test_withdraw_of_a_claim_deleted_before_the_patch_is_done(
+    api: client.ApiClient, calls: ControllerApi
+) -> None:
+    pod = new_pod(api, [GATE])
+    claim = writer(calls).allocate(new_claim(api), ALLOCATION, [pod])
+    key = ("default", claim["metadata"]["name"])
+    assert ClaimWriter(_Deleting(calls, api), FINALIZER, lambda: True).withdraw(key, [pod])
 
 
 def test_deallocate_clears_the_allocation_then_our_finalizer_only(
@@ -197,10 +220,12 @@ def test_deallocate_clears_the_allocation_then_our_finalizer_only(
 ) -> None:
     claim = writer(calls).mark(new_claim(api, finalizers=["example.com/keep"]))
     assert claim is not None
-    claim = writer(calls).allocate(claim, ALLOCATION, [])
+    # A reservation left by a pod that is gone goes with the allocation.
+    claim = writer(calls).allocate(claim, ALLOCATION, [new_pod(api, [])])
     writer(calls).deallocate(claim)
     after = calls.get_claim("default", claim["metadata"]["name"])
     assert "allocation" not in after.get("status", {})
+    assert "reservedFor" not in after.get("status", {})
     assert after["metadata"]["finalizers"] == ["example.com/keep"]
 
 
@@ -238,6 +263,8 @@ def test_nothing_is_written_without_the_lease(api: client.ApiClient, calls: Cont
     pod = new_pod(api, [GATE])
     claim = new_claim(api)
     follower = writer(calls, leader=False)
+    with pytest.raises(NotLeaderError, match="no longer holds the leader Lease"):
+        follower.mark(claim)
     for write in (
         lambda: follower.mark(claim),
         lambda: follower.allocate(claim, ALLOCATION, [pod]),
