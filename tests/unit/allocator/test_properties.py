@@ -172,7 +172,7 @@ def _reference(scenario: Scenario, in_use: list[Obj], node: str) -> Any:
 
 
 @settings(PROPERTY_SETTINGS, max_examples=200)
-@given(scenario=scenarios(max_earlier=1, odds=FITS), data=st.data())
+@given(scenario=scenarios(max_earlier=1, max_pod_requests=2, odds=FITS), data=st.data())
 def _first_fit_matches_the_reference(scenario: Scenario, data: st.DataObject) -> None:
     cluster = scenario.cluster
     in_use = allocate_in_order(cluster, scenario.earlier, AllocationMode.FIRST_FIT)
