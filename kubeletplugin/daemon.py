@@ -80,6 +80,9 @@ class PluginConfig:
     claim_cache: bool = False
     dev_root: Path = Path("/dev")
     proc_root: Path = Path("/proc")
+    # Fake GPUs get device nodes from `dev_root` and MIG capability nodes from `proc_root`, as
+    # real GPUs do (a test lays out such trees); off, fake GPUs get no device nodes at all.
+    fake_device_nodes: bool = False
     # Where the driver's files are seen from here; None: / for NVML, none at all for fake GPUs.
     driver_root: Path | None = None
     # The same directory as the container runtime sees it; None: `driver_root`.
@@ -187,7 +190,7 @@ class PluginDaemon:
         self.events = NodeEvents(self.api, config.node_name, self.owner.uid, COMPONENT)
         nodes: DeviceNodes = (
             NoDeviceNodes(driver)
-            if config.fake_gpus
+            if config.fake_gpus and not config.fake_device_nodes
             else HostDeviceNodes(config.dev_root, config.proc_root, driver)
         )
         self.store = CheckpointStore(config.state_dir / "checkpoint.json")

@@ -21,7 +21,9 @@ ENV_VAR = "DRA_PLUGIN_CRASH_AT"
 # shares) skip the PrepareStarted save, so they reach PREPARE_STARTED only when prepared again
 # before the removal of their previous record was saved.
 PREPARE_STARTED = "prepare-started"  # PrepareStarted saved, no side effect yet
-PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance created, no compute instance
+# GPU instance created, the checkpoint does not know it yet (only its claim's PrepareStarted)
+PREPARE_GPU_INSTANCE_UNRECORDED = "prepare-gpu-instance-unrecorded"
+PREPARE_GPU_INSTANCE = "prepare-gpu-instance"  # GPU instance recorded, no compute instance
 PREPARE_MIG_DEVICE = "prepare-mig-device"  # compute instance created too, not yet recorded
 PREPARE_MIG_RECORDED = "prepare-mig-recorded"  # the MIG device is in the checkpoint
 # The first share of a GPU started its MPS control daemon; nothing on disk records it yet.
@@ -38,6 +40,7 @@ UNPREPARE_FORGOTTEN = "unprepare-forgotten"  # record dropped, answer not yet se
 
 PREPARE_STEPS = (
     PREPARE_STARTED,
+    PREPARE_GPU_INSTANCE_UNRECORDED,
     PREPARE_GPU_INSTANCE,
     PREPARE_MIG_DEVICE,
     PREPARE_MIG_RECORDED,

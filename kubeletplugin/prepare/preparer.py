@@ -603,6 +603,7 @@ class Preparer:
         gi_id = await asyncio.to_thread(
             self._backend.create_gpu_instance, minor, target.profile.name, target.placement
         )
+        self._crash.reached(faults.PREPARE_GPU_INSTANCE_UNRECORDED)
         instance = MigInstanceRecord(
             minor=minor,
             profile=target.profile.name,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kubernetes import client
 
 from dra_driver.allocator.result import allocation_node
@@ -44,8 +46,9 @@ async def test_gang_that_fits_only_partly_gets_nothing(
         # Nothing was written for the member that would have fitted alone.
         assert all(not cluster.get_claim(f"big-{i}").get("status") for i in (1, 2))
         assert cluster.gated("worker-1") and cluster.gated("worker-2")
-        # A third pod that fits takes GPUs meanwhile: the gang's attempt held nothing back.
-        cluster.create_claim(claim("solo", count=3))
+        # A pod that needs the whole node gets it meanwhile: the gang's attempt held back no
+        # device, not even one (a probe that fits in what the attempt leaves would not notice).
+        cluster.create_claim(claim("solo", count=8))
         cluster.create_pod(pod("solo", ["solo"]))
         await eventually(lambda: not cluster.gated("solo"), what="the solo pod")
     finally:
@@ -95,3 +98,38 @@ async def test_gang_prefers_one_node_and_one_nvlink_domain(
         await running.shutdown()
     allocations = [cluster.get_claim(f"half-{i}")["status"]["allocation"] for i in (1, 2)]
     assert allocation_node(allocations[0]) == allocation_node(allocations[1])
+
+
+TWO_DOMAINS = """\
+gpus:
+  - {profile: H100-SXM5-80GB, nvlinkDomain: blue}
+  - {profile: H100-SXM5-80GB, count: 2, nvlinkDomain: green}
+  - {profile: H100-SXM5-80GB, count: 3, nvlinkDomain: blue}
+"""
+
+
+async def test_gang_members_share_one_nvlink_domain_of_a_split_node(
+    cluster: Cluster, api: client.ApiClient, tmp_path: Path
+) -> None:
+    # Each node has two NVLink domains, interleaved: gpu-0 and gpu-3..5 are blue, gpu-1 and
+    # gpu-2 green. Placed one by one, the first member would take gpu-0 and gpu-3 (blue) and the
+    # second gpu-1 and gpu-2 (green); placed together, all four GPUs share the blue domain.
+    spec = tmp_path / "two-domains.yaml"
+    spec.write_text(TWO_DOMAINS)
+    cluster.add_nodes(2, gpus=str(spec))
+    domains = {f"gpu-{i}": "green" if i in (1, 2) else "blue" for i in range(6)}
+    for i in (1, 2):
+        cluster.create_claim(claim(f"quarter-{i}", count=2))
+        cluster.create_pod(pod(f"rank-{i}", [f"quarter-{i}"], labels=gang_labels("ring", 2)))
+    running = await start_controller(api)
+    try:
+        await eventually(
+            lambda: not cluster.gated("rank-1") and not cluster.gated("rank-2"), what="the ring"
+        )
+    finally:
+        await running.shutdown()
+    allocations = [cluster.get_claim(f"quarter-{i}")["status"]["allocation"] for i in (1, 2)]
+    assert allocation_node(allocations[0]) == allocation_node(allocations[1])
+    devices = [r["device"] for a in allocations for r in a["devices"]["results"]]
+    assert len(set(devices)) == 4
+    assert {domains[d] for d in devices} == {"blue"}, devices

@@ -9,6 +9,7 @@ from dra_driver.allocator.result import allocation_node
 from tests.integration.allocation.harness import (
     DRIVER,
     FINALIZER,
+    GATE,
     Cluster,
     claim,
     eventually,
@@ -33,9 +34,15 @@ async def test_gated_pod_gets_devices_and_loses_its_gate(
     try:
         await eventually(lambda: not cluster.gated("trainer"), what="the gate to be lifted")
         registry = running.daemon.controller_metrics.registry
+        # The gate is seen gone before the controller has counted the lift: wait for the count.
+        await eventually(
+            lambda: (
+                registry.get_sample_value("dra_controller_allocation_seconds_count") == 1
+                and registry.get_sample_value("dra_controller_pending_pods") == 0
+            ),
+            what="the allocation latency to be observed",
+        )
         assert registry.get_sample_value("dra_controller_allocations_total") == 1
-        assert registry.get_sample_value("dra_controller_allocation_seconds_count") == 1
-        assert registry.get_sample_value("dra_controller_pending_pods") == 0
     finally:
         await running.shutdown()
     written = cluster.get_claim("train")
@@ -97,3 +104,21 @@ async def test_pod_that_cannot_fit_keeps_its_gate_and_says_why(
     assert allocation_node(cluster.get_claim("too-big")["status"]["allocation"]) == "big-1"
     conditions = cluster.get_pod("greedy")["status"]["conditions"]
     assert [c["status"] for c in conditions if c["type"] == condition_type(DRIVER)] == ["True"]
+
+
+async def test_only_our_gate_comes_off(cluster: Cluster, api: client.ApiClient) -> None:
+    cluster.add_nodes(1)
+    cluster.create_claim(claim("quota"))
+    body = pod("held", ["quota"])
+    # Another controller holds the pod too; its gate is not ours to lift.
+    body["spec"]["schedulingGates"] = [{"name": "quota.example.com/admission"}, {"name": GATE}]
+    cluster.create_pod(body)
+    running = await start_controller(api)
+    try:
+        await eventually(lambda: not cluster.gated("held"), what="our gate to be lifted")
+    finally:
+        await running.shutdown()
+    assert cluster.get_pod("held")["spec"].get("schedulingGates") == [
+        {"name": "quota.example.com/admission"}
+    ]
+    assert cluster.get_claim("quota")["status"]["allocation"]

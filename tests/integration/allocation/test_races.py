@@ -7,6 +7,7 @@ after our re-check but before our write.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes import client
@@ -117,5 +118,39 @@ async def test_allocation_landing_between_recheck_and_write_is_withdrawn(
         ours = cluster.get_claim("ours")
         assert "allocation" not in ours.get("status", {}), "our allocation must be withdrawn"
         assert cluster.gated("gated"), "the gate stays on: the pod never saw the device"
+    finally:
+        daemon.stop_watches()
+
+
+async def test_allocation_landing_during_the_settle_time_keeps_the_gate_on(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.add_nodes(1, gpus="H100-SXM5-80GB:1")
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("gated", ["ours"]))
+    daemon = await manual_controller(api, settle_s=0.5)
+    reconciler = daemon.reconciler
+    try:
+        await _pod_known(daemon, "gated")
+        await reconciler.run_pass()
+        # Written and re-checked; the gate waits for the settle time.
+        assert cluster.get_claim("ours")["status"]["allocation"]
+        assert cluster.gated("gated")
+        # The other allocator, deciding on older state, lands its write now.
+        steal(cluster, "theirs", whole_gpu_allocation("node-1", "gpu-0"))
+        await eventually(
+            lambda: bool(
+                (daemon.view.claims[("default", "theirs")].get("status") or {}).get("allocation")
+            ),
+            what="the other allocation in the view",
+        )
+        due = reconciler.next_deadline()
+        assert due is not None
+        await eventually(lambda: time.monotonic() >= due, what="the settle time to pass")
+        await reconciler.run_pass()
+        assert cluster.gated("gated"), "the gate stays on: the device went to the other claim"
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert daemon.metrics.conflicts.labels("settled")._value.get() == 1
     finally:
         daemon.stop_watches()

@@ -21,6 +21,7 @@ import grpc
 import pytest
 from kubernetes import client
 
+from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.fake.mps_control import process_alive, read_pid, terminate_daemons
 from dra_driver.cdi import CdiSpecDir
@@ -34,6 +35,7 @@ from tests.integration.plugin.harness import (
     create_claim,
     create_node,
     delete_claim,
+    opaque,
     result,
     short_dir,
 )
@@ -473,4 +475,30 @@ async def test_crash_while_unpreparing_the_last_share_leaves_no_daemon(
     async with DraClient(plugin.dra_socket) as dra:
         assert await dra.unprepare([going]) == {going.uid: ""}
     assert running_daemons(plugin) == 0
+
+
+async def test_time_slice_settings_are_applied_again_at_start(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    sliced = {
+        "apiVersion": "resource.dra-driver.dev/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+    }
+    name, uid = create_claim(api, [result("ts", "gpu-1-ts-0", NODE)], [opaque(sliced)])
+    claim = ClaimRef("default", uid, name)
+    await plugin.start()
+    await prepare(plugin, claim)
+    assert plugin.gpus().timeslice(1) is TimeSliceInterval.LONG
+    assert plugin.proc is not None
+    plugin.proc.kill()
+    plugin.proc.wait()
+    # While the plugin is down the GPU loses its setting (a GPU reset, another NVML client).
+    plugin.gpus().set_timeslice(1, TimeSliceInterval.DEFAULT)
+    await plugin.start()
+    # The claim is still prepared, so the restarted plugin puts its interval back.
+    assert plugin.gpus().timeslice(1) is TimeSliceInterval.LONG
+    async with DraClient(plugin.dra_socket) as dra:
+        assert await dra.unprepare([claim]) == {uid: ""}
+    assert plugin.gpus().timeslice(1) is TimeSliceInterval.DEFAULT
     await plugin.stop()

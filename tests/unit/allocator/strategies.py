@@ -73,6 +73,41 @@ class Scenario:
     node: str = ""
 
 
+@dataclass(frozen=True)
+class Odds:
+    """How often the generators make the choices that tend to make a claim fail (a broken pool,
+    a taint, a selector, admin access, "All" devices). The defaults explore every feature; `FITS`
+    keeps them all possible but rare enough that most claims are allocated, so properties about
+    allocations compare allocations rather than two failures."""
+
+    broken_pool_one_in: int = 40
+    taint: float = 0.1
+    class_selector: float = 0.35
+    request_selector: float = 0.2
+    all_devices: float = 0.1
+    admin_access: float = 0.2
+    tolerations: float = 0.2
+    capacity_request: float = 0.2
+    constraint: float = 0.3
+    incomplete_pool: float = 0.1
+    min_devices: int = 1
+
+
+FITS = Odds(
+    broken_pool_one_in=1000,
+    taint=0.03,
+    class_selector=0.05,
+    request_selector=0.05,
+    all_devices=0.02,
+    admin_access=0.05,
+    tolerations=0.2,
+    capacity_request=0.05,
+    constraint=0.1,
+    incomplete_pool=0.02,
+    min_devices=4,
+)
+
+
 class _Picker:
     """Many small choices from one Hypothesis draw.
 
@@ -121,7 +156,13 @@ def _capacity(pick: _Picker, shared: bool) -> Obj:
     return {"memory": memory}
 
 
-def _device(draw: st.DrawFn, name: str, counters: dict[str, int] | None, broken: bool) -> Obj:
+def _device(
+    draw: st.DrawFn,
+    name: str,
+    counters: dict[str, int] | None,
+    broken: bool,
+    odds: Odds = Odds(),
+) -> Obj:
     pick = _Picker(draw)
     attributes: Obj = {
         "type": {"string": pick.choice(("gpu", "mig", "vf"))},
@@ -135,7 +176,7 @@ def _device(draw: st.DrawFn, name: str, counters: dict[str, int] | None, broken:
     device: Obj = {"name": name, "attributes": attributes, "capacity": _capacity(pick, shared)}
     if shared:
         device["allowMultipleAllocations"] = True
-    if pick.chance(0.1):
+    if pick.chance(odds.taint):
         device["taints"] = [
             {
                 "key": TAINT_KEY,
@@ -157,13 +198,17 @@ def _device(draw: st.DrawFn, name: str, counters: dict[str, int] | None, broken:
     return device
 
 
-def _pool_slices(draw: st.DrawFn, node: str, driver: str, pool: str, size: int) -> list[Obj]:
+def _pool_slices(
+    draw: st.DrawFn, node: str, driver: str, pool: str, size: int, odds: Odds = Odds()
+) -> list[Obj]:
     pick = _Picker(draw)
     counters: dict[str, int] | None = None
     if pick.chance(0.5):
         counters = {n: pick.integer(1, 4) for n in pick.subset(COUNTER_NAMES)}
-    broken_at = pick.integer(0, 39)  # a pool is invalid now and then
-    devices = [_device(draw, f"d{i}", counters, broken=i == broken_at) for i in range(size)]
+    broken_at = pick.integer(0, odds.broken_pool_one_in - 1)  # a pool is invalid now and then
+    devices = [
+        _device(draw, f"d{i}", counters, broken=i == broken_at, odds=odds) for i in range(size)
+    ]
     groups = [devices]
     if size >= 2 and pick.chance(0.3):
         cut = pick.integer(1, size - 1)
@@ -183,7 +228,7 @@ def _pool_slices(draw: st.DrawFn, node: str, driver: str, pool: str, size: int) 
     specs.extend({"devices": group} for group in groups)
     suffixes = pick.choice(("abc", "bca", "cab", "cba"))
     generation = 2 if pick.chance(0.25) else 1
-    slice_count = len(specs) + (1 if pick.chance(0.1) else 0)
+    slice_count = len(specs) + (1 if pick.chance(odds.incomplete_pool) else 0)
     slices = [
         {
             "metadata": {"name": f"{pool}-{suffixes[i]}"},
@@ -214,14 +259,15 @@ def _pool_slices(draw: st.DrawFn, node: str, driver: str, pool: str, size: int) 
 
 
 @st.composite
-def clusters(draw: st.DrawFn) -> Cluster:
+def clusters(draw: st.DrawFn, odds: Odds = Odds()) -> Cluster:
     node_count = draw(st.integers(1, 3))
     slices: list[Obj] = []
     nodes: list[Obj] = []
     for index in range(node_count):
         node = f"node-{'abc'[index]}"
         nodes.append({"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
-        total = draw(st.sampled_from((1, 2, 3, 4, 4, 5, 5, 6, 6)))
+        fitting_sizes = [n for n in (1, 2, 3, 4, 4, 5, 5, 6, 6) if n >= odds.min_devices]
+        total = draw(st.sampled_from(fitting_sizes))
         pool_count = 2 if total >= 2 and draw(st.booleans()) else 1
         sizes = [total]
         if pool_count == 2:
@@ -229,13 +275,13 @@ def clusters(draw: st.DrawFn) -> Cluster:
             sizes = [first, total - first]
         for number, size in enumerate(sizes):
             driver = draw(st.sampled_from(DRIVERS))
-            slices.extend(_pool_slices(draw, node, driver, f"{node}-p{number}", size))
+            slices.extend(_pool_slices(draw, node, driver, f"{node}-p{number}", size, odds))
     classes: list[Obj] = []
     for index in range(draw(st.integers(1, 3))):
         name = f"class-{index}"
         pick = _Picker(draw)
         spec: Obj = {"selectors": []}
-        if pick.chance(0.35):
+        if pick.chance(odds.class_selector):
             expression = pick.choice(CLASS_SELECTORS)
             spec["selectors"].append({"cel": {"expression": expression}})
         if pick.chance(0.3):
@@ -244,38 +290,43 @@ def clusters(draw: st.DrawFn) -> Cluster:
     return Cluster(slices, classes, nodes)
 
 
-def _asks(pick: _Picker, class_names: list[str], *, sub: bool) -> Obj:
+def _asks(pick: _Picker, class_names: list[str], *, sub: bool, odds: Odds = Odds()) -> Obj:
     """The fields an ``exactly`` request or a firstAvailable entry share."""
     ask: Obj = {"deviceClassName": pick.choice(class_names)}
-    if pick.chance(0.1):
+    if pick.chance(odds.all_devices):
         ask["allocationMode"] = "All"
     elif pick.chance(0.5):
         ask["count"] = pick.choice((1, 1, 2))
-    if pick.chance(0.2):
+    if pick.chance(odds.request_selector):
         ask["selectors"] = [{"cel": {"expression": pick.choice(REQUEST_SELECTORS)}}]
-    if not sub and pick.chance(0.2):
+    if not sub and pick.chance(odds.admin_access):
         ask["adminAccess"] = True
-    if pick.chance(0.2):
+    if pick.chance(odds.tolerations):
         ask["tolerations"] = [pick.choice(TOLERATIONS)]
-    if pick.chance(0.2):
+    if pick.chance(odds.capacity_request):
         ask["capacity"] = {"requests": {"memory": pick.choice(("1Gi", "2Gi", "3Gi", "5Gi"))}}
     return ask
 
 
-def _claim(draw: st.DrawFn, class_names: list[str], name: str, max_requests: int) -> Obj:
+def _claim(
+    draw: st.DrawFn, class_names: list[str], name: str, max_requests: int, odds: Odds = Odds()
+) -> Obj:
     pick = _Picker(draw)
     requests: list[Obj] = []
     sizes = [n for n in (1, 1, 1, 2, 2, 3) if n <= max_requests]
     for index in range(pick.choice(sizes)):
         request = f"r{index}"
         if pick.chance(0.25):
-            entries = [{"name": f"s{k}", **_asks(pick, class_names, sub=True)} for k in range(2)]
+            entries = [
+                {"name": f"s{k}", **_asks(pick, class_names, sub=True, odds=odds)} for k in range(2)
+            ]
             requests.append({"name": request, "firstAvailable": entries})
         else:
-            requests.append({"name": request, "exactly": _asks(pick, class_names, sub=False)})
+            exactly = _asks(pick, class_names, sub=False, odds=odds)
+            requests.append({"name": request, "exactly": exactly})
     names = [r["name"] for r in requests]
     devices: Obj = {"requests": requests}
-    if pick.chance(0.3):
+    if pick.chance(odds.constraint):
         kind = pick.choice(("matchAttribute", "distinctAttribute"))
         constraint: Obj = {kind: pick.choice(CONSTRAINT_ATTRIBUTES)}
         if pick.chance(0.5):
@@ -297,10 +348,11 @@ def claims(
     min_claims: int = 1,
     max_claims: int = 4,
     max_requests: int = 3,
+    odds: Odds = Odds(),
 ) -> list[Obj]:
     """Claims without allocations; requests ``r0``..., firstAvailable entries ``s0``/``s1``."""
     count = draw(st.integers(min_claims, max_claims))
-    return [_claim(draw, class_names, f"{prefix}-{n}", max_requests) for n in range(count)]
+    return [_claim(draw, class_names, f"{prefix}-{n}", max_requests, odds) for n in range(count)]
 
 
 @st.composite
@@ -309,17 +361,18 @@ def scenarios(
     max_earlier: int = 2,
     max_pod_claims: int = 2,
     max_pod_requests: int = 3,
+    odds: Odds = Odds(),
 ) -> Scenario:
     """A cluster, earlier claims to allocate first, and a pod (its claims and a node)."""
-    cluster = draw(clusters())
+    cluster = draw(clusters(odds))
     class_names = [c["metadata"]["name"] for c in cluster.classes]
-    earlier = draw(claims(class_names, "earlier", 0, max_earlier))
+    earlier = draw(claims(class_names, "earlier", 0, max_earlier, odds=odds))
     pod: list[Obj] = []
     budget = max_pod_requests
     for number in range(draw(st.integers(1, max_pod_claims))):
         if budget == 0:
             break
-        one = _claim(draw, class_names, f"pod-{number}", budget)
+        one = _claim(draw, class_names, f"pod-{number}", budget, odds)
         budget -= len(one["spec"]["devices"]["requests"])
         pod.append(one)
     node = draw(st.sampled_from(cluster.node_names))

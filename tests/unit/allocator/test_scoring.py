@@ -87,3 +87,27 @@ def test_scored_and_first_fit_agree_on_feasibility_when_full() -> None:
     scored = Placer(snapshot, placer.usage, AllocationMode.SCORED).place([mig("m", "1g.10gb")])
     assert scored.node is None
     assert scored.reason is not None and "shared counters" in scored.reason
+
+
+def test_scored_placer_breaks_an_exact_tie_by_the_busier_node() -> None:
+    # Whole GPUs on identical nodes: every node offers the same score (no topology, the same
+    # fragmentation loss for a fresh GPU), so only the load can decide. The busy node is the
+    # last by name and more nodes fit than the placer compares, so neither the name nor the
+    # search order can pick it by accident.
+    snapshot = ClusterSnapshot.build(cluster_slices(6, 2), device_classes())
+    placer = Placer(snapshot, Usage(), AllocationMode.SCORED)
+    assert len(snapshot.node_names()) > placer.policy.max_fitting_nodes
+    seeded = allocate_on_node(snapshot, placer.usage, [whole_gpus("a")], "node-005")
+    assert seeded.allocations is not None
+    placer.record(seeded.allocations[0], "node-005")
+    on_busy = allocate_on_node(
+        snapshot, placer.usage, [whole_gpus("probe")], "node-005", AllocationMode.SCORED
+    )
+    on_free = allocate_on_node(
+        snapshot, placer.usage, [whole_gpus("probe")], "node-000", AllocationMode.SCORED
+    )
+    assert on_busy.score is not None and on_free.score is not None
+    assert on_busy.score.topology == on_free.score.topology
+    assert on_busy.score.loss == on_free.score.loss  # a real tie
+    placed = placer.place([whole_gpus("b")])
+    assert placed.node == "node-005"

@@ -1,0 +1,151 @@
+"""Prepare when the GPUs misbehave, and what a MIG device's container is given.
+
+The fake GPUs fail the create the test asks for, as NVML would (insufficient resources); kubelet
+must get an error and the node must be left exactly as before the call: no GPU instance, no CDI
+spec, no record of the claim on disk. The device-node test lays out a /dev and a /proc as a host
+with MIG devices has them, so the claim's CDI spec on disk can be checked node by node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.checkpoint import decode_checkpoint
+from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import (
+    DRIVER,
+    RunningPlugin,
+    create_claim,
+    create_node,
+    result,
+    running_plugin,
+    short_dir,
+)
+
+NODE = "node-faults"
+KIND = f"{DRIVER}/gpu"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+@pytest.fixture
+async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
+    with short_dir() as root:
+        async with running_plugin(server, root, NODE) as running:
+            yield running
+
+
+def allocated(api: client.ApiClient, *results: dict[str, object]) -> ClaimRef:
+    name, uid = create_claim(api, list(results))
+    return ClaimRef("default", uid, name)
+
+
+def saved_claims(plugin: RunningPlugin) -> set[str]:
+    path = plugin.daemon.config.state_dir / "checkpoint.json"
+    if not path.exists():
+        return set()
+    return set(decode_checkpoint(path.read_bytes(), str(path)).claims)
+
+
+def specs(plugin: RunningPlugin) -> set[str]:
+    return set(CdiSpecDir(plugin.daemon.config.cdi_root).claim_specs(KIND))
+
+
+def instances(plugin: RunningPlugin) -> set[tuple[int, str, int]]:
+    return {
+        (gi.parent_minor, gi.profile, gi.placement.start)
+        for minor in (0, 1)
+        for gi in plugin.backend.gpu_instances(minor)
+    }
+
+
+@pytest.mark.parametrize("compute_instance", [False, True], ids=["gpu-instance", "compute"])
+async def test_a_failed_mig_create_rolls_back_the_whole_claim(
+    plugin: RunningPlugin, api: client.ApiClient, compute_instance: bool
+) -> None:
+    # The first MIG device (on GPU 0) is made completely; the second create (on GPU 1) fails.
+    claim = allocated(
+        api,
+        result("a", "gpu-0-mig-1g10gb-0", NODE),
+        result("b", "gpu-1-mig-2g20gb-2", NODE),
+    )
+    plugin.backend.fail_next_creates(1, compute_instance=compute_instance)
+    async with DraClient(plugin.dra_socket) as dra:
+        failed = (await dra.prepare([claim]))[claim.uid]
+        assert "injected fault InsufficientResources" in failed.error
+        assert failed.devices == ()
+        # Nothing of the attempt is left: not the MIG device made before the failure, not the
+        # GPU instance whose compute instance failed, no spec, no record.
+        assert instances(plugin) == set()
+        assert specs(plugin) == set()
+        assert saved_claims(plugin) == set()
+        assert plugin.daemon.preparer.dynamic_instances() == frozenset()
+        # kubelet retries; the fault is used up and the claim is prepared whole.
+        retried = (await dra.prepare([claim]))[claim.uid]
+        assert retried.error == ""
+        assert instances(plugin) == {(0, "1g.10gb", 0), (1, "2g.20gb", 2)}
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+    assert instances(plugin) == set()
+
+
+def _host_tree(base: Path, minor: int) -> tuple[Path, Path]:
+    """/dev with the GPU nodes and capability nodes, /proc with the capability files of every
+    GPU instance id (gi<G>: minor 100+10G) and compute instance (gi<G>/ci<C>: 101+10G+C)."""
+    dev, proc = base / "dev", base / "proc"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for gpu in (0, 1):
+        (dev / f"nvidia{gpu}").write_bytes(b"")
+    caps = proc / "driver/nvidia/capabilities" / f"gpu{minor}" / "mig"
+    for gi in range(1, 15):
+        entries = {f"gi{gi}": 100 + 10 * gi} | {
+            f"gi{gi}/ci{ci}": 101 + 10 * gi + ci for ci in range(8)
+        }
+        for relative, cap in entries.items():
+            (caps / relative).mkdir(parents=True, exist_ok=True)
+            (caps / relative / "access").write_text(
+                f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\n"
+            )
+            (dev / "nvidia-caps" / f"nvidia-cap{cap}").write_bytes(b"")
+    return dev, proc
+
+
+async def test_a_mig_device_gets_its_capability_nodes_and_a_gpu_its_own_node(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    with short_dir() as root:
+        dev, proc = _host_tree(root / "host", 0)
+        async with running_plugin(
+            server, root, NODE, dev_root=dev, proc_root=proc, fake_device_nodes=True
+        ) as plugin:
+            claim = allocated(
+                api, result("mig", "gpu-0-mig-3g40gb-4", NODE), result("gpu", "gpu-1", NODE)
+            )
+            async with DraClient(plugin.dra_socket) as dra:
+                outcome = (await dra.prepare([claim]))[claim.uid]
+                assert outcome.error == ""
+                (mig,) = plugin.backend.mig_devices(0)
+                directory = CdiSpecDir(plugin.daemon.config.cdi_root)
+                spec = directory.read(directory.claim_specs(KIND)[claim.uid])
+                nodes = {
+                    device.name: [node.path for node in device.edits.device_nodes]
+                    for device in spec.devices
+                }
+                assert nodes == {
+                    f"{claim.uid}-gpu-0-mig-3g40gb-4": [
+                        "/dev/nvidia0",
+                        f"/dev/nvidia-caps/nvidia-cap{100 + 10 * mig.gi_id}",
+                        f"/dev/nvidia-caps/nvidia-cap{101 + 10 * mig.gi_id + mig.ci_id}",
+                    ],
+                    f"{claim.uid}-gpu-1": ["/dev/nvidia1"],
+                }
+                assert (await dra.unprepare([claim])) == {claim.uid: ""}

@@ -1,0 +1,70 @@
+"""`ClusterView`: merging watch events with fresher reads, assumptions, and conflicts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller.decide import Decision, decide
+from controller.informer import Event
+from tests.unit.controller.viewkit import claim, cluster, pod, put, stamped
+
+NODE = {"node-a": "H100-SXM5-80GB:1"}
+
+
+async def test_an_older_event_never_overwrites_a_fresher_read() -> None:
+    view = cluster(NODE)
+    put(view, "resourceclaims", claim("c"))
+    old = dict(view.claims[("default", "c")])
+    fresh = stamped(claim("c", reservedFor=[{"resource": "pods", "name": "p", "uid": "u"}]))
+    view.refresh_claims_one(fresh)
+    view.apply(Event("MODIFIED", "resourceclaims", ("default", "c"), old, None))
+    assert view.claims[("default", "c")] is fresh
+
+
+async def test_conflict_names_a_device_another_claim_holds() -> None:
+    view = cluster(NODE)
+    put(view, "resourceclaims", claim("ours"))
+    decided = decide(view, [pod("p", ["ours"])])
+    assert isinstance(decided, Decision)
+    ours = decided.allocations[("default", "ours")]
+    assert view.conflict(("default", "ours"), ours) is None  # its own assumption is no conflict
+    # The kube-scheduler allocates the same GPU to another claim; the watch brings it.
+    put(view, "resourceclaims", claim("theirs", allocation=ours))
+    assert view.conflict(("default", "ours"), ours) is not None
+    # Once theirs is gone, ours is clear again.
+    put(view, "resourceclaims", claim("theirs"), kind="MODIFIED")
+    assert view.conflict(("default", "ours"), ours) is None
+
+
+async def test_an_observed_allocation_replaces_the_assumption() -> None:
+    view = cluster(NODE)
+    put(view, "resourceclaims", claim("c"))
+    decided = decide(view, [pod("p", ["c"])])
+    assert isinstance(decided, Decision)
+    allocation = decided.allocations[("default", "c")]
+    assert ("default", "c") in view.assumed
+    put(view, "resourceclaims", claim("c", allocation=allocation), kind="MODIFIED")
+    assert view.assumed == {}
+    before = view.generation
+    view.forget(("default", "c"))  # nothing assumed: nothing freed, nothing changed
+    assert view.generation == before
+    assert view.conflict(("default", "x"), allocation) is not None
+
+
+async def test_a_full_list_drops_claims_deleted_meanwhile_but_keeps_assumed_ones() -> None:
+    view = cluster(NODE)
+    put(view, "resourceclaims", claim("gone"))
+    put(view, "resourceclaims", claim("kept"))
+    decided = decide(view, [pod("p", ["kept"])])
+    assert isinstance(decided, Decision)
+    view.refresh_claims([])
+    assert set(view.claims) == {("default", "kept")}
+
+
+async def test_claims_caught_up_waits_for_the_watch_or_times_out() -> None:
+    view = cluster(NODE)
+    target = view.watched_claims_rv + 1
+    assert not await view.claims_caught_up(target, 0.01)
+    waiting = asyncio.create_task(view.claims_caught_up(target, 5.0))
+    put(view, "resourceclaims", claim("late"))
+    assert await waiting
