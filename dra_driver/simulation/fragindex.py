@@ -21,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocator import ClusterSnapshot, Usage
+from dra_driver.allocator.capacity import share_demand
+from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
+from dra_driver.allocator.snapshot import Device
 from dra_driver.simulation.rooms import NodeUnits, Rooms
 from dra_driver.simulation.workload import Demand, Shape, Workload
 
@@ -73,6 +76,7 @@ class FragmentationIndex:
             tuple[float, tuple[int, ...], float, float] | None,
         ] = {}
         self._version = -1
+        self._states: dict[str, tuple[object, State]] = {}
 
     # -- static structure -----------------------------------------------------------------
 
@@ -99,15 +103,11 @@ class FragmentationIndex:
             self._matches[key] = found
         return found
 
-    def _size(self, device: object, capacity: Mapping[str, object]) -> float:
-        from dra_driver.allocator.capacity import share_demand
-        from dra_driver.allocator.snapshot import Device
-
-        assert isinstance(device, Device)
+    def _size(self, device: Device, capacity: Mapping[str, Number]) -> float:
         weight = self.rooms.weight(device)
         if not device.allow_multiple:
             return weight
-        demand = share_demand(device, capacity)  # type: ignore[arg-type]
+        demand = share_demand(device, capacity)
         if demand is None:
             return float("inf")
         fractions = [
@@ -136,12 +136,15 @@ class FragmentationIndex:
     # -- state ------------------------------------------------------------------------------
 
     def state(self, node: str, free: Mapping[str, int]) -> State:
+        """Cached per node until its device usage or its free resources change."""
+        stamp = (self.usage.node_version(node), tuple(free.get(n, 0) for n in self.names))
+        cached = self._states.get(node)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         units = self.rooms.node(node)
-        return (
-            units.signature,
-            self.rooms.availability(self.usage, node),
-            tuple(free.get(n, 0) for n in self.names),
-        )
+        state = (units.signature, self.rooms.availability(self.usage, node), stamp[1])
+        self._states[node] = (stamp, state)
+        return state
 
     def _refresh(self) -> None:
         if self._version != self.workload.version:
@@ -257,7 +260,7 @@ class FragmentationIndex:
             return []
         if demand.count == 1:
             seen: set[float] = set()
-            options = []
+            options: list[tuple[int, ...]] = []
             for value, i in usable:
                 if value not in seen:
                     seen.add(value)

@@ -39,11 +39,8 @@ class Ledger:
         return node in self.allocatable
 
     def free(self, node: str) -> Mapping[str, int]:
-        allocatable = self.allocatable.get(node)
-        if allocatable is None:
-            return EMPTY
-        used = self.used.get(node, NodeUsage())
-        return allocatable - used.requested
+        """What is left: running totals; `pods` counts the pods still admitted."""
+        return self._free.get(node, EMPTY)
 
     def shortfalls(self, node: str, requests: Resources) -> list[str]:
         """Why `requests` do not fit on `node` now (empty when they fit): `insufficient cpu ...`."""
@@ -60,10 +57,7 @@ class Ledger:
             return True
         if free.get(PODS, 0) < 1:
             return False
-        for name, amount in asks:
-            if free.get(name, 0) < amount:
-                return False
-        return True
+        return all(free.get(name, 0) >= amount for name, amount in asks)
 
     def take(self, node: str, requests: Resources) -> None:
         self.used[node] = self.used.get(node, NodeUsage()).plus(requests)

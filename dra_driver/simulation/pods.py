@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,6 +121,6 @@ def seconds(obj: Mapping[str, Any], annotation: str) -> float | None:
             f"{obj.get('kind')} {key_of(obj)}: annotation {annotation} must be a number of "
             f"seconds, got {raw!r}"
         ) from None
-    if value != value or value < 0:
+    if math.isnan(value) or value < 0:
         raise InputError(f"{obj.get('kind')} {key_of(obj)}: annotation {annotation} is negative")
     return value

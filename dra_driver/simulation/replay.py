@@ -15,6 +15,7 @@ takes it, first fit is tried.
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,11 +72,14 @@ class Cluster:
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
         self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._order = {n: i for i, n in enumerate(self.nodes)}
+        self._groups: dict[object, list[int]] = {}
+        self._group_of: dict[str, object] = {}
 
     def place_pod(
         self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
     ) -> PodPlacement:
-        """Raises InputError / AllocationError as the allocator does for malformed or fatal claims."""
+        """Raises InputError / AllocationError as the allocator does for bad or fatal claims."""
         requests = pod_requests(pod)
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
@@ -84,15 +88,35 @@ class Cluster:
         asks = asked(requests)
         placement = PodPlacement(None, None, None, requests, shape)
         if self.policy is not PodPolicy.FIRST_FIT:
-            fitting = [n for n in self.nodes if self.ledger.fits(n, asks)]
-            self._ranked(placement, claims, plans, fitting)
+            self._ranked(placement, claims, plans, asks)
         if placement.node is None:
             self._first_fit(placement, plans, asks)
         if placement.node is None:
             placement.reason = self._reason(requests, asks)
             return placement
         self.ledger.take(placement.node, requests)
+        self._regroup(placement.node)
         return placement
+
+    def _regroup(self, node: str) -> None:
+        """Move `node` to the group of its new state (groups list nodes in node order)."""
+        if not self._groups:
+            return
+        old = self._group_of.get(node)
+        if old is not None:
+            members = self._groups[old]
+            members.remove(self._order[node])
+            if not members:
+                del self._groups[old]
+        state = self.index.state(node, self.ledger.free(node))
+        self._group_of[node] = state
+        bisect.insort(self._groups.setdefault(state, []), self._order[node])
+
+    def _build_groups(self) -> None:
+        for node in self.nodes:
+            state = self.index.state(node, self.ledger.free(node))
+            self._group_of[node] = state
+            self._groups.setdefault(state, []).append(self._order[node])
 
     def _first_fit(
         self, placement: PodPlacement, plans: Sequence[ClaimPlan], asks: list[tuple[str, int]]
@@ -125,19 +149,22 @@ class Cluster:
         placement: PodPlacement,
         claims: Sequence[Mapping[str, Any]],
         plans: Sequence[ClaimPlan],
-        fitting: list[str],
+        asks: list[tuple[str, int]],
     ) -> None:
+        """Every node is considered: one evaluation per group of nodes in equal states (the
+        group's first node in node order stands for it, as first fit would pick it)."""
+        if not self._groups:
+            self._build_groups()
         objective = (
             Objective.FRAGMENTATION if self.policy is PodPolicy.SCORED else Objective.BEST_FIT
         )
-        seen: set[object] = set()
         ranked: list[tuple[float, float, int, Choice]] = []
-        for order, node in enumerate(fitting):
-            free = self.ledger.free(node)
-            state = self.index.state(node, free)
-            if state in seen:
+        for members in self._groups.values():
+            order = members[0]
+            node = self.nodes[order]
+            if not self.ledger.fits(node, asks):
                 continue
-            seen.add(state)
+            free = self.ledger.free(node)
             choice = self.index.choose(node, free, placement.shape, objective)
             if choice is None:
                 continue
@@ -195,3 +222,4 @@ class Cluster:
         for allocation in placement.allocations or []:
             self.placer.release(allocation, placement.node)
         self.ledger.give_back(placement.node, placement.requests)
+        self._regroup(placement.node)

@@ -1,4 +1,4 @@
-"""The openb traces (Weng et al., USENIX ATC '23) as Kubernetes objects: Nodes, slices, Pods, claims.
+"""The openb traces (Weng et al., USENIX ATC '23) as Kubernetes objects: Nodes, slices, Pods.
 
 Per GPU, the slices publish a whole device and a consumable-capacity shared device
 (`gpumilli: 1000`, `allowMultipleAllocations`) that exclude each other through a shared counter,
@@ -54,7 +54,7 @@ def read_pods(directory: Path, trace: str) -> list[TracePod]:
 
 
 def inflate(pods: list[TracePod], capacity: float, target: float, seed: int) -> list[TracePod]:
-    """Pods sampled with replacement until their GPU demand reaches `target` × `capacity`."""
+    """Pods sampled with replacement until their GPU demand reaches `target` times `capacity`."""
     rng = random.Random(seed)
     out: list[TracePod] = []
     demand = 0.0
