@@ -72,6 +72,7 @@ def search_node(
     mode: AllocationMode,
     policy: ScoringPolicy,
     max_steps: int = DEFAULT_MAX_STEPS,
+    prefer: frozenset[int] = frozenset(),
 ) -> NodeResult:
     view = snapshot.view(node)
     state = SearchState(snapshot, usage, plans, view, CandidateIndex(snapshot), max_steps)
@@ -84,7 +85,7 @@ def search_node(
     score: SolutionScore | None = None
     if mode is AllocationMode.SCORED:
         picks, score = scored_solution(
-            snapshot, usage, plans, view, CandidateIndex(snapshot), picks, policy
+            snapshot, usage, plans, view, CandidateIndex(snapshot), picks, policy, prefer
         )
     return NodeResult(node, _allocations(snapshot, plans, picks, node), score=score)
 

@@ -5,13 +5,16 @@ A solution's score, compared lexicographically (lower is better):
 1. `preference`: which `firstAvailable` alternative each request uses — the user's order wins;
 2. `topology`: for each topology attribute in priority order (NVLink domain, PCIe root, NUMA
    node), how many extra groups the chosen devices span (0 when all share one value);
-3. `loss`: fragmentation — the summed weight of free devices that each pick makes impossible
+3. `steer`: when a cross-node score (the simulator's fragmentation index) named the devices it
+   wants, how many picks are not among them;
+4. `loss`: fragmentation — the summed weight of free devices that each pick makes impossible
    (devices sharing counters with it that fit before and no longer fit after), as a share of the
    weight of all devices sharing counters with it. A device's weight is the share of its counter
    set it consumes, so blocking a whole GPU costs the most, a
    placement that splits a large free MIG block costs more than one that fills a small hole, and
    a GPU already partly used is cheaper to use than a fresh one;
-4. `positions`: the device order, so ties go to what first-fit would have chosen.
+5. `positions`: the device order, so ties go to what first-fit would have chosen. Among shared
+   (consumable-capacity) devices of equal loss, the one the share fills best is tried first.
 
 The search is bounded: first-fit runs first (it is complete and decides whether the node fits, so
 scored mode never fails where first-fit succeeds, and fatal errors surface exactly as upstream).
@@ -31,6 +34,7 @@ from typing import Any
 
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.errors import AllocationError
+from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import (
     CandidateIndex,
     Pick,
@@ -62,7 +66,9 @@ class ScoringPolicy:
 class SolutionScore:
     preference: tuple[int, ...]
     topology: tuple[int, ...]
-    loss: float
+    steer: int = 0
+    """Picks outside the devices a cross-node score asked for (0 when it asked for none)."""
+    loss: float = 0.0
     positions: tuple[int, ...] = field(default=())
 
 
@@ -199,9 +205,12 @@ class FragmentationModel:
 
 
 class ScoredSearch:
-    def __init__(self, state: SearchState, policy: ScoringPolicy) -> None:
+    def __init__(
+        self, state: SearchState, policy: ScoringPolicy, prefer: frozenset[int] = frozenset()
+    ) -> None:
         self.state = state
         self.policy = policy
+        self.prefer = prefer
         self.model = FragmentationModel(state.snapshot)
         self.solutions: list[tuple[SolutionScore, list[Pick]]] = []
         self.choices: list[int] = []
@@ -239,7 +248,7 @@ class ScoredSearch:
 
     def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Device]:
         state = self.state
-        ranked: list[tuple[tuple[int, ...], float, int, Device]] = []
+        ranked: list[tuple[tuple[int, ...], int, float, float, int, Device]] = []
         candidates = state.index.candidates(state.view, alt)
         for position, (device, verdict) in enumerate(candidates):
             if verdict is not True or state.skipped_before_selectors(
@@ -250,6 +259,7 @@ class ScoredSearch:
             if pick is None:
                 continue
             state.undo(pick)
+            left = _share_left(state.usage, device, pick.share)
             mismatch = tuple(
                 sum(
                     1
@@ -259,11 +269,13 @@ class ScoredSearch:
                 )
                 for name in self.policy.topology_attributes
             )
-            ranked.append((mismatch, self.model.loss(state, device), position, device))
+            steer = int(bool(self.prefer) and device.id not in self.prefer)
+            loss = self.model.loss(state, device)
+            ranked.append((mismatch, steer, loss, left, position, device))
             if len(ranked) >= self.policy.max_candidates_per_slot:
                 break
-        ranked.sort(key=lambda r: (r[0], r[1], r[2]))
-        return [r[3] for r in ranked[: self.policy.branching]]
+        ranked.sort(key=lambda r: r[:5])
+        return [r[5] for r in ranked[: self.policy.branching]]
 
     def _slot(
         self, claim: int, request: int, alt: Alternative, slot: int, slot_picks: list[Pick]
@@ -312,13 +324,32 @@ class ScoredSearch:
             state.undo(pick)
 
 
+def _share_left(usage: Usage, device: Device, share: dict[str, Number] | None) -> float:
+    """The smallest fraction of a shared device's capacity left once `share` is taken (1 for a
+    device that is not shared): filling the fullest device that fits keeps large rooms whole."""
+    if share is None:
+        return 1.0
+    consumed = usage.consumed_capacity.get(device.id) or {}
+    left = [
+        1.0 - float((consumed.get(name, 0) + amount) / device.capacity[name].value)
+        for name, amount in share.items()
+        if name in device.capacity and device.capacity[name].value
+    ]
+    return min(left, default=1.0)
+
+
 def score_of(
-    state: SearchState, picks: Sequence[Pick], preference: tuple[int, ...], policy: ScoringPolicy
+    state: SearchState,
+    picks: Sequence[Pick],
+    preference: tuple[int, ...],
+    policy: ScoringPolicy,
+    prefer: frozenset[int] = frozenset(),
 ) -> SolutionScore:
     positions = tuple(state.view.position[p.device.id] for p in picks)
     return SolutionScore(
         preference=preference,
         topology=topology_spread(picks, policy),
+        steer=sum(1 for p in picks if p.device.id not in prefer) if prefer else 0,
         loss=round(sum(p.loss for p in picks), 9),
         positions=positions,
     )
@@ -359,13 +390,17 @@ def scored_solution(
     index: CandidateIndex,
     first_fit: list[Pick],
     policy: ScoringPolicy,
+    prefer: frozenset[int] = frozenset(),
 ) -> tuple[list[Pick], SolutionScore]:
     model = FragmentationModel(snapshot)
     baseline_state = SearchState(snapshot, usage, plans, view, index)
     baseline = _replay(baseline_state, first_fit, model)
-    best = (score_of(baseline_state, baseline, _preference(plans, baseline), policy), baseline)
+    best = (
+        score_of(baseline_state, baseline, _preference(plans, baseline), policy, prefer),
+        baseline,
+    )
     search = ScoredSearch(
-        SearchState(snapshot, usage, plans, view, index, policy.max_steps), policy
+        SearchState(snapshot, usage, plans, view, index, policy.max_steps), policy, prefer
     )
     search.run()
     for candidate in search.solutions:

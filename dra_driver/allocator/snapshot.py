@@ -174,6 +174,8 @@ class ClusterSnapshot:
         self.counter_users: dict[int, dict[int, list[Device]]] = {}
         self.devices: list[Device] = [d for p in pools for d in p.devices]
         self._views: dict[str, NodeView] = {}
+        self._ordered_pools: list[Pool] | None = None
+        self._pool_nodes: dict[int, frozenset[str] | None] = {}
         self.unschedulable: frozenset[str] = frozenset()
         """Nodes whose Node object says `spec.unschedulable`."""
         self._by_name: dict[tuple[str, str, str], Device] = {
@@ -245,11 +247,26 @@ class ClusterSnapshot:
             return node_selector_matches(device.node_selector, node, self.node_labels.get(node, {}))
         return False
 
+    def _bound_nodes(self, pool: Pool) -> frozenset[str] | None:
+        """The nodes a pool's devices name, when every device names one; else None."""
+        if pool.index not in self._pool_nodes:
+            names = {d.node_name for d in pool.devices}
+            self._pool_nodes[pool.index] = (
+                None if None in names else frozenset(n for n in names if n is not None)
+            )
+        return self._pool_nodes[pool.index]
+
     def _make_view(self, node: str) -> NodeView:
         devices: list[Device] = []
         unusable: list[Pool] = []
-        ordered = sorted(self.pools, key=lambda p: (p.has_binding_conditions, p.driver, p.name))
-        for pool in ordered:
+        if self._ordered_pools is None:
+            self._ordered_pools = sorted(
+                self.pools, key=lambda p: (p.has_binding_conditions, p.driver, p.name)
+            )
+        for pool in self._ordered_pools:
+            bound = self._bound_nodes(pool)
+            if bound is not None and node not in bound and node not in pool.slice_nodes:
+                continue  # every device names another node: nothing here (large clusters)
             mine = [d for d in pool.devices if self._applies(d, node)]
             touches = bool(mine) or node in pool.slice_nodes
             if not touches:

@@ -1,0 +1,225 @@
+"""Placing pods one at a time on a simulated cluster: node resources and claims together.
+
+A pod goes to a node only where its requests fit what is left (the scheduler's NodeResourcesFit,
+via the ledger) and all its claims fit the node's devices (the allocator). Policies:
+
+- `first-fit`: the first node in node order where both fit — what a simple scheduler does, and
+  for claims the kube-scheduler's answer;
+- `best-fit`: the node that leaves least free device room, then least free CPU (a baseline);
+- `scored`: the node and devices that increase the workload's expected fragmentation least
+  (fragindex.py), devices then chosen by the allocator's scored mode steered to those devices.
+
+Scored and best-fit never fail a pod first fit would place at that moment: when no ranked node
+takes it, first fit is tried.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, ScoringPolicy, Usage
+from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
+from dra_driver.allocator.placement import search_node
+from dra_driver.noderesources import CPU, MEMORY, Resources, pod_requests
+from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
+from dra_driver.simulation.ledger import Ledger, asked
+from dra_driver.simulation.workload import Shape, Workload, shape_of
+
+
+class PodPolicy(enum.StrEnum):
+    FIRST_FIT = "first-fit"
+    BEST_FIT = "best-fit"
+    SCORED = "scored"
+
+
+@dataclass(slots=True)
+class PodPlacement:
+    node: str | None
+    allocations: list[dict[str, Any]] | None
+    reason: str | None
+    requests: Resources
+    shape: Shape
+    choice: Choice | None = None
+    candidates: list[Choice] = field(default_factory=list)
+    """Scored mode: the best evaluation per distinct node state, best first (for explain)."""
+
+
+class Cluster:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        nodes: Sequence[Mapping[str, Any]],
+        policy: PodPolicy,
+        *,
+        usage: Usage | None = None,
+        scoring: ScoringPolicy | None = None,
+        keep_candidates: bool = False,
+    ) -> None:
+        self.snapshot = snapshot
+        self.usage = usage or Usage()
+        self.policy = policy
+        self.scoring = scoring or ScoringPolicy()
+        self.ledger = Ledger(nodes)
+        self.nodes = snapshot.schedulable_node_names()
+        known = set(self.nodes)
+        self.nodes += [n for n in self.ledger.allocatable if n not in known]
+        self.placer = Placer(snapshot, self.usage, AllocationMode.FIRST_FIT, nodes=self.nodes)
+        self.workload = Workload()
+        self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
+        self.keep_candidates = keep_candidates
+        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._order = {n: i for i, n in enumerate(self.nodes)}
+        self._groups: dict[object, list[int]] = {}
+        self._group_of: dict[str, object] = {}
+
+    def place_pod(
+        self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> PodPlacement:
+        """Raises InputError / AllocationError as the allocator does for bad or fatal claims."""
+        requests = pod_requests(pod)
+        plans = [plan_claim(self.snapshot, claim) for claim in claims]
+        check_result_limit(plans)
+        shape = shape_of(requests, plans)
+        self.workload.observe(shape)
+        asks = asked(requests)
+        placement = PodPlacement(None, None, None, requests, shape)
+        if self.policy is not PodPolicy.FIRST_FIT:
+            self._ranked(placement, claims, plans, asks)
+        if placement.node is None:
+            self._first_fit(placement, plans, asks)
+        if placement.node is None:
+            placement.reason = self._reason(requests, asks)
+            return placement
+        self.ledger.take(placement.node, requests)
+        self._regroup(placement.node)
+        return placement
+
+    def _regroup(self, node: str) -> None:
+        """Move `node` to the group of its new state (groups list nodes in node order)."""
+        if not self._groups:
+            return
+        old = self._group_of.get(node)
+        if old is not None:
+            members = self._groups[old]
+            members.remove(self._order[node])
+            if not members:
+                del self._groups[old]
+        state = self.index.state(node, self.ledger.free(node))
+        self._group_of[node] = state
+        bisect.insort(self._groups.setdefault(state, []), self._order[node])
+
+    def _build_groups(self) -> None:
+        for node in self.nodes:
+            state = self.index.state(node, self.ledger.free(node))
+            self._group_of[node] = state
+            self._groups.setdefault(state, []).append(self._order[node])
+
+    def _first_fit(
+        self, placement: PodPlacement, plans: Sequence[ClaimPlan], asks: list[tuple[str, int]]
+    ) -> None:
+        """The first node in node order where requests and claims fit. A node where the claims
+        did not fit is skipped until its device usage changes (as the Placer does)."""
+        signature = "|".join(p.signature for p in plans)
+        for node in self.nodes:
+            if not self.ledger.fits(node, asks):
+                continue
+            if not plans:
+                placement.node, placement.allocations = node, []
+                return
+            version = self.usage.node_version(node)
+            if self._unfit.get((signature, node)) == version:
+                continue
+            result = search_node(
+                self.snapshot, self.usage, plans, node, AllocationMode.FIRST_FIT, self.scoring
+            )
+            if result.allocations is None:
+                self._unfit[(signature, node)] = version
+                continue
+            for allocation in result.allocations:
+                self.placer.record(allocation, node)
+            placement.node, placement.allocations = node, result.allocations
+            return
+
+    def _ranked(
+        self,
+        placement: PodPlacement,
+        claims: Sequence[Mapping[str, Any]],
+        plans: Sequence[ClaimPlan],
+        asks: list[tuple[str, int]],
+    ) -> None:
+        """Every node is considered: one evaluation per group of nodes in equal states (the
+        group's first node in node order stands for it, as first fit would pick it)."""
+        if not self._groups:
+            self._build_groups()
+        objective = (
+            Objective.FRAGMENTATION if self.policy is PodPolicy.SCORED else Objective.BEST_FIT
+        )
+        ranked: list[tuple[float, float, int, Choice]] = []
+        for members in self._groups.values():
+            order = members[0]
+            node = self.nodes[order]
+            if not self.ledger.fits(node, asks):
+                continue
+            free = self.ledger.free(node)
+            choice = self.index.choose(node, free, placement.shape, objective)
+            if choice is None:
+                continue
+            tie = 0.0
+            if objective is Objective.BEST_FIT:
+                allocatable = self.ledger.allocatable.get(node)
+                total = allocatable.amount(CPU) if allocatable is not None else 0
+                tie = (free.get(CPU, 0) - placement.requests.amount(CPU)) / total if total else 0
+            ranked.append((round(choice.value, 9), tie, order, choice))
+        ranked.sort(key=lambda r: r[:3])
+        if self.keep_candidates:
+            placement.candidates = [r[3] for r in ranked]
+        for _, _, _, choice in ranked:
+            if not claims:
+                placement.node, placement.allocations, placement.choice = choice.node, [], choice
+                return
+            mode = (
+                AllocationMode.SCORED
+                if self.policy is PodPolicy.SCORED
+                else (AllocationMode.FIRST_FIT)
+            )
+            result = search_node(
+                self.snapshot,
+                self.usage,
+                plans,
+                choice.node,
+                mode,
+                self.scoring,
+                prefer=frozenset(choice.devices),
+            )
+            if result.allocations is not None:
+                for allocation in result.allocations:
+                    self.placer.record(allocation, choice.node)
+                placement.node, placement.allocations = choice.node, result.allocations
+                placement.choice = choice
+                return
+
+    def _reason(self, requests: Resources, asks: list[tuple[str, int]]) -> str:
+        if not self.nodes:
+            return "no node to try: none is known, or all are unschedulable"
+        fitting = [n for n in self.nodes if self.ledger.fits(n, asks)]
+        if fitting:
+            return f"claims do not fit any of the {len(fitting)} node(s) with room for the pod"
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            for shortfall in self.ledger.shortfalls(node, requests):
+                what = shortfall.split(" (")[0]
+                counts[what] = counts.get(what, 0) + 1
+        parts = [f"{what} on {n} node(s)" for what, n in sorted(counts.items())]
+        return "; ".join(parts) or "no node fits"
+
+    def release_pod(self, placement: PodPlacement) -> None:
+        if placement.node is None:
+            return
+        for allocation in placement.allocations or []:
+            self.placer.release(allocation, placement.node)
+        self.ledger.give_back(placement.node, placement.requests)
+        self._regroup(placement.node)

@@ -1,0 +1,83 @@
+"""The shapes of the pods that arrive, learned online: what the fragmentation score weighs by.
+
+A shape is what decides where a pod can go: its node resource requests (CPU, memory, ...) and its
+dominant device demand (how many devices, of which class and selectors, how large a share of
+each). Shapes are counted as pods arrive; the distribution is the most frequent `top` shapes,
+renormalised. Until a pod has been seen, the prior is "future pods look like this one" (the
+distribution holds the arriving pod alone), so the first placements degrade to best fit. The
+distribution is refreshed when the count of pods seen doubles (and every `refresh` pods later), so
+cached scores stay valid between refreshes; it never comes from a file, only from what arrived.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """`count` devices chosen by `alternative`'s selectors, each with `capacity` requested."""
+
+    key: tuple[object, ...]
+    count: int
+    alternative: Alternative
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    requests: tuple[tuple[str, int], ...]
+    demand: Demand | None
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.requests, None if self.demand is None else self.demand.key)
+
+
+def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> Shape:
+    """The pod's shape; its dominant demand is its request asking for the most devices (ties:
+    the most capacity), using the preferred `firstAvailable` alternative."""
+    best: Demand | None = None
+    best_rank: tuple[int, float] = (-1, -1.0)
+    for plan in plans:
+        for request in plan.requests:
+            alt = request.alternatives[0]
+            if alt.admin_access:
+                continue
+            count = 1 if alt.mode == ALL else alt.count
+            rank = (count, float(sum(float(v) for v in alt.capacity.values())))
+            if rank > best_rank:
+                key = (alt.selector_key, tuple(sorted(alt.capacity.items())), count)
+                best, best_rank = Demand(key, count, alt), rank
+    kept = tuple(sorted((k, int(v)) for k, v in requests.items() if v))
+    return Shape(kept, best)
+
+
+class Workload:
+    def __init__(self, top: int = 24, refresh: int = 2048) -> None:
+        self.top = top
+        self.refresh = refresh
+        self.counts: Counter[tuple[object, ...]] = Counter()
+        self.shapes: dict[tuple[object, ...], Shape] = {}
+        self.seen = 0
+        self.version = 0
+        self._next = 1
+        self._distribution: list[tuple[Shape, float]] = []
+
+    def observe(self, shape: Shape) -> None:
+        key = shape.key
+        self.shapes.setdefault(key, shape)
+        self.counts[key] += 1
+        self.seen += 1
+        if self.seen >= self._next:
+            self._next = self.seen * 2 if self.seen < self.refresh else self.seen + self.refresh
+            common = self.counts.most_common(self.top)
+            total = sum(n for _, n in common)
+            self._distribution = [(self.shapes[k], n / total) for k, n in common]
+            self.version += 1
+
+    def distribution(self) -> list[tuple[Shape, float]]:
+        return self._distribution

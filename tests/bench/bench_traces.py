@@ -1,0 +1,90 @@
+"""GPU allocation ratio on the openb production traces, next to FGD's published figures.
+
+    .venv/bin/python -m tests.bench.bench_traces [TRACE_DIR] [--seeds 5] [--traces gpushare40,...]
+
+The traces are those of Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
+with Fragmentation Gradient Descent" (USENIX ATC '23). As in the paper, pods are sampled with
+replacement until the arrived GPU demand reaches 130 % of the cluster's GPUs, placed in that order
+and never moved; the GPU allocation ratio (allocated GPU capacity / all GPUs) and idle GPUs are
+read when the arrived demand reaches 100 % and 120 %. Each pod goes through the simulator's
+placement (simulation/replay.py): node CPU and memory plus its claim from a ResourceClaimTemplate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from dra_driver.allocator import ClusterSnapshot
+from dra_driver.simulation.pods import key_of, pod_claims
+from dra_driver.simulation.replay import Cluster, PodPolicy
+from tests.bench.traces import cluster, inflate, pod_objects, read_nodes, read_pods
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "openb"
+POINTS = (1.0, 1.2)
+PUBLISHED = {
+    # FGD paper, Figure/Table of GPU allocation ratio at 100 % / 120 % arrived demand.
+    "gpushare40": {"packing": (89.77, 89.95), "best fit": (91.44, 91.61), "FGD": (93.96, 94.09)},
+    "multigpu30": {"packing": (94.70, 94.81), "best fit": (94.57, 94.67), "FGD": (96.36, 96.42)},
+    "gpuspec20": {"packing": (89.28, 92.86), "best fit": (88.46, 93.23), "FGD": (94.66, 94.78)},
+}
+
+
+def run(directory: Path, trace: str, policy: PodPolicy, seed: int) -> list[tuple[float, float]]:
+    """(allocation ratio %, idle GPUs) at each of POINTS."""
+    rows = read_nodes(directory)
+    nodes, slices, classes = cluster(rows)
+    capacity = float(sum(int(r["gpu"]) for r in rows))
+    pods = inflate(read_pods(directory, trace), capacity, 1.3, seed)
+    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, policy)
+    arrived = allocated = 0.0
+    found: list[tuple[float, float]] = []
+    verbose = sys.stderr.isatty()
+    for i, trace_pod in enumerate(pods):
+        pod, templates = pod_objects(trace_pod, i)
+        claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
+        if sim.place_pod(pod, claims).node is not None:
+            allocated += trace_pod.gpu_demand
+        arrived += trace_pod.gpu_demand
+        while len(found) < len(POINTS) and arrived >= POINTS[len(found)] * capacity:
+            found.append((100 * allocated / capacity, capacity - allocated))
+        if verbose and i % 500 == 0:
+            print(f"\r{trace} {policy} seed {seed}: {i}/{len(pods)}", end="", file=sys.stderr)
+    if verbose:
+        print(file=sys.stderr)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("directory", nargs="?", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--traces", default=",".join(PUBLISHED))
+    parser.add_argument("--modes", default=",".join(p.value for p in PodPolicy))
+    args = parser.parse_args(argv)
+    print("| trace | mode | seeds | ratio 100 % | ratio 120 % | idle GPUs 100 % | idle 120 % | s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for trace in args.traces.split(","):
+        for mode in args.modes.split(","):
+            start = time.perf_counter()
+            results = [run(args.directory, trace, PodPolicy(mode), s) for s in range(args.seeds)]
+            means = [
+                [statistics.mean(r[p][k] for r in results) for k in range(2)]
+                for p in range(len(POINTS))
+            ]
+            elapsed = time.perf_counter() - start
+            print(
+                f"| {trace} | {mode} | {args.seeds} | {means[0][0]:.2f} | {means[1][0]:.2f} | "
+                f"{means[0][1]:.1f} | {means[1][1]:.1f} | {elapsed:.0f} |",
+                flush=True,
+            )
+        for name, (a, b) in PUBLISHED[trace].items():
+            print(f"| {trace} | published {name} (FGD paper) | 10 | {a:.2f} | {b:.2f} | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
