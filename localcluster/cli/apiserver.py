@@ -15,18 +15,10 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from dra_driver.cli.flag_types import port
+
 DEFAULT_WATCH_HISTORY = 1000
 """Events kept for watches (also `ApiServer`'s and `LocalCluster`'s default)."""
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--port: {text!r} is not a number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"--port: {value} is not between 0 and 65535")
-    return value
 
 
 def _events(text: str) -> int:
@@ -72,7 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     parser.add_argument(
-        "--port", type=_port, default=0, help="port to listen on (default 0: any free port)"
+        "--port", type=port, default=0, help="port to listen on (default 0: any free port)"
     )
     parser.add_argument(
         "--kubeconfig-out",
