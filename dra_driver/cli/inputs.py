@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "Node")
+KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "Node", "Pod")
 
 
 class InputFileError(ValueError):
@@ -26,6 +26,9 @@ class ClusterObjects:
     classes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    """In file order: `simulate` places them after the claims no pod uses."""
 
 
 def _add(objects: ClusterObjects, doc: object, where: str) -> None:
@@ -47,7 +50,9 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
         "ResourceSlice": objects.slices,
         "DeviceClass": objects.classes,
         "ResourceClaim": objects.claims,
+        "ResourceClaimTemplate": objects.templates,
         "Node": objects.nodes,
+        "Pod": objects.pods,
     }[kind]
     target.append(dict(doc))
 

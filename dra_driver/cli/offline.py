@@ -14,7 +14,7 @@ from pathlib import Path
 from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.explain import explain_claim
 from dra_driver.cli.inputs import InputFileError, load_objects
-from dra_driver.cli.simulate import ClaimOutcome, simulate
+from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, simulate_all
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=Path,
         metavar="FILE",
-        help="multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes",
+        help=(
+            "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, and "
+            "for simulate Pods and ResourceClaimTemplates"
+        ),
     )
     parser.add_argument(
         "--mode",
@@ -40,28 +43,45 @@ def _devices(outcome: ClaimOutcome) -> str:
     return ",".join(f"{r['request']}={r['device']}" for r in results)
 
 
-def _table(outcomes: list[ClaimOutcome]) -> str:
-    rows = [("CLAIM", "NODE", "DEVICES", "REASON")]
-    for o in outcomes:
-        rows.append((f"{o.namespace}/{o.name}", o.node or "-", _devices(o), o.reason or ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    """Every column but the last padded; the reason is last because it is the long one."""
+    last = len(rows[0]) - 1
+    widths = [max(len(r[i]) for r in rows) for i in range(last)]
     return "\n".join(
-        "  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)).rstrip()
+        "  ".join(
+            cell.ljust(widths[i]) if i < last else cell for i, cell in enumerate(row)
+        ).rstrip()
         for row in rows
     )
 
 
+def _table(outcomes: list[ClaimOutcome], pods: list[PodOutcome]) -> str:
+    rows: list[tuple[str, ...]] = [("CLAIM", "NODE", "DEVICES", "REASON")]
+    for o in outcomes:
+        rows.append((f"{o.namespace}/{o.name}", o.node or "-", _devices(o), o.reason or ""))
+    text = _columns(rows)
+    if pods:
+        pod_rows: list[tuple[str, ...]] = [("POD", "NODE", "REASON")]
+        pod_rows += [(f"{p.namespace}/{p.name}", p.node or "-", p.reason or "") for p in pods]
+        text += "\n\n" + _columns(pod_rows)
+    return text
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     try:
-        outcomes = simulate(load_objects(args.input), AllocationMode(args.mode))
+        outcomes: Outcomes = simulate_all(load_objects(args.input), AllocationMode(args.mode))
     except (InputFileError, InputError) as err:
         print(f"dra-driver simulate: {err}", file=sys.stderr)
         return 2
     if args.output == "json":
-        json.dump({"claims": [o.as_json() for o in outcomes]}, sys.stdout, indent=2)
+        out = {
+            "claims": [o.as_json() for o in outcomes.claims],
+            "pods": [p.as_json() for p in outcomes.pods],
+        }
+        json.dump(out, sys.stdout, indent=2)
         print()
     else:
-        print(_table(outcomes))
+        print(_table(outcomes.claims, outcomes.pods))
     return 0
 
 
@@ -81,7 +101,9 @@ def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="allocate the claims of a file offline, as the scheduler would",
         description=(
             "Allocate every ResourceClaim without status.allocation, one at a time in file "
-            "order, against the ResourceSlices and DeviceClasses of the file."
+            "order, against the ResourceSlices and DeviceClasses of the file; then place the "
+            "file's Pods in arrival order, each where its CPU and memory requests and its "
+            "claims fit."
         ),
     )
     _add_common(parser)

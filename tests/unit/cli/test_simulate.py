@@ -146,7 +146,7 @@ def test_runtime_cel_error_is_the_claims_reason_not_a_crash(
 @pytest.mark.parametrize(
     ("docs", "expected"),
     [
-        ([{"kind": "Pod", "metadata": {"name": "p"}}], "document 1: kind 'Pod'"),
+        ([{"kind": "Deployment", "metadata": {"name": "p"}}], "document 1: kind 'Deployment'"),
         ([SLICE, {"kind": "DeviceClass"}], "document 2: DeviceClass has no metadata.name"),
         ([SLICE, CLASS, claim("x"), claim("x")], "appears twice"),
         (

@@ -1,0 +1,284 @@
+"""`dra-driver simulate` with Pods in the file: node CPU and memory as well as devices decide."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.checker.rules import check_allocations
+from dra_driver.cli.main import main
+from dra_driver.noderesources import CPU, MEMORY, node_allocatable, pod_requests
+
+DRV = "gpu.example.com"
+CLASS = {
+    "kind": "DeviceClass",
+    "metadata": {"name": "any"},
+    "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRV}"'}}]},
+}
+SPEC = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "any"}}]}}
+TEMPLATE = {
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"namespace": "ns", "name": "one-gpu"},
+    "spec": {"spec": SPEC},
+}
+
+
+def node_slice(node: str, devices: int) -> dict[str, Any]:
+    return {
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-slice"},
+        "spec": {
+            "driver": DRV,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(devices)],
+        },
+    }
+
+
+def node(name: str, cpu: str, memory: str = "8Gi") -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
+
+
+def pod(
+    name: str,
+    cpu: str,
+    memory: str = "1Gi",
+    claims: list[dict[str, str]] | None = None,
+    arrival: float | None = None,
+    departure: float | None = None,
+) -> dict[str, Any]:
+    annotations = {}
+    if arrival is not None:
+        annotations["sim.dra-driver.dev/arrival"] = str(arrival)
+    if departure is not None:
+        annotations["sim.dra-driver.dev/departure"] = str(departure)
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+    return {
+        "kind": "Pod",
+        "metadata": {"namespace": "ns", "name": name, "annotations": annotations},
+        "spec": {"containers": [container], "resourceClaims": claims or []},
+    }
+
+
+def claim(name: str) -> dict[str, Any]:
+    return {"kind": "ResourceClaim", "metadata": {"namespace": "ns", "name": name}, "spec": SPEC}
+
+
+def simulate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, docs: list[dict[str, Any]], *args: str
+) -> dict[str, Any]:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["simulate", "--output", "json", "--input", str(path), *args]) == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def pods_by_name(out: dict[str, Any]) -> dict[str, Any]:
+    return {p["name"]: p for p in out["pods"]}
+
+
+@pytest.mark.parametrize("mode", ["first-fit", "scored"])
+def test_pods_with_a_template_claim_and_a_direct_claim(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, mode: str
+) -> None:
+    docs = [
+        CLASS,
+        TEMPLATE,
+        node_slice("n1", 2),
+        node("n1", "4"),
+        claim("direct"),
+        claim("loose"),
+        pod("with-template", "1", claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
+        pod("with-claim", "1", claims=[{"name": "gpu", "resourceClaimName": "direct"}]),
+    ]
+    out = simulate(capsys, tmp_path, docs, "--mode", mode)
+    # The claim no pod uses is allocated first, as without pods; it takes one of the two GPUs.
+    assert out["claims"][0]["name"] == "loose" and out["claims"][0]["allocated"]
+    pods = pods_by_name(out)
+    assert pods["with-template"] == {
+        "namespace": "ns",
+        "name": "with-template",
+        "node": "n1",
+        "reason": None,
+    }
+    # Only one GPU is left after "loose" and the template pod: the direct claim finds none.
+    assert pods["with-claim"]["node"] is None
+    assert "claims do not fit" in pods["with-claim"]["reason"]
+    names = [c["name"] for c in out["claims"]]
+    assert names[1].startswith("with-template-gpu-") and names[2] == "direct"
+    made = out["claims"][1]
+    assert made["node"] == "n1" and made["allocated"]
+    assert not out["claims"][2]["allocated"] and out["claims"][2]["node"] is None
+    assert "with-claim" in out["claims"][2]["reason"]
+
+
+def test_a_pod_claim_is_allocated_with_its_pod_not_before(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    docs = [
+        CLASS,
+        node_slice("n1", 1),
+        node_slice("n2", 1),
+        node("n1", "1"),
+        node("n2", "4"),
+        claim("direct"),
+        pod("p", "2", claims=[{"name": "gpu", "resourceClaimName": "direct"}]),
+    ]
+    out = simulate(capsys, tmp_path, docs)
+    # Allocated on its own the claim would take n1's GPU; with its pod it must go where the
+    # pod's 2 cpu fit.
+    (only,) = out["claims"]
+    assert only["name"] == "direct" and only["node"] == "n2"
+    assert out["pods"] == [{"namespace": "ns", "name": "p", "node": "n2", "reason": None}]
+
+
+def test_cpu_only_pod_is_placed_and_counted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    docs = [node("n1", "2"), node("n2", "2"), pod("a", "1500m"), pod("b", "1500m")]
+    out = simulate(capsys, tmp_path, docs)
+    assert out["claims"] == []
+    assert [(p["name"], p["node"]) for p in out["pods"]] == [("a", "n1"), ("b", "n2")]
+
+
+def test_pod_that_fits_nowhere_for_cpu_names_cpu(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    docs = [CLASS, TEMPLATE, node_slice("n1", 4), node("n1", "2"), node("n2", "1")]
+    docs.append(pod("big", "3", claims=[{"name": "g", "resourceClaimTemplateName": "one-gpu"}]))
+    out = simulate(capsys, tmp_path, docs)
+    (big,) = out["pods"]
+    assert big["node"] is None
+    assert "insufficient cpu" in big["reason"] and "memory" not in big["reason"]
+    (made,) = out["claims"]
+    assert not made["allocated"] and made["node"] is None
+
+
+def test_departure_frees_room_for_a_later_pod(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    gpu = [{"name": "g", "resourceClaimTemplateName": "one-gpu"}]
+    docs = [
+        CLASS,
+        TEMPLATE,
+        node_slice("n1", 1),
+        node("n1", "4"),
+        # File order is not arrival order: "late" arrives after "first" has left.
+        pod("late", "3", claims=gpu, arrival=20),
+        pod("first", "3", claims=gpu, arrival=0, departure=10),
+        pod("blocked", "3", claims=gpu, arrival=5),
+    ]
+    out = simulate(capsys, tmp_path, docs)
+    assert [(p["name"], p["node"]) for p in out["pods"]] == [
+        ("first", "n1"),
+        ("blocked", None),
+        ("late", "n1"),
+    ]
+    assert "insufficient cpu" in out["pods"][1]["reason"]
+    without_departure = [dict(d) for d in docs]
+    without_departure[5] = pod("first", "3", claims=gpu, arrival=0)
+    out = simulate(capsys, tmp_path, without_departure)
+    assert pods_by_name(out)["late"]["node"] is None
+
+
+def test_table_has_a_pods_section(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([node("n1", "1"), pod("fits", "1"), pod("no-room", "1")]))
+    assert main(["simulate", "--input", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("POD")))
+    assert lines[start].split() == ["POD", "NODE", "REASON"]
+    assert lines[start + 1].split() == ["ns/fits", "n1"]
+    assert lines[start + 2].startswith("ns/no-room") and "insufficient cpu" in lines[start + 2]
+
+
+def test_json_without_pods_has_an_empty_pods_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = simulate(capsys, tmp_path, [CLASS, node_slice("n1", 1), claim("x")])
+    assert set(out) == {"claims", "pods"} and out["pods"] == []
+    assert set(out["claims"][0]) == {
+        "namespace",
+        "name",
+        "allocated",
+        "node",
+        "allocation",
+        "reason",
+    }
+
+
+@pytest.mark.parametrize("mode", ["first-fit", "scored"])
+def test_many_pods_never_overcommit_and_their_claims_pass_the_checker(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, mode: str
+) -> None:
+    nodes = [node(f"n{i}", "8", "16Gi") for i in range(3)]
+    slices = [node_slice(f"n{i}", 3) for i in range(3)]
+    pods = []
+    for i in range(24):
+        claims = [{"name": "g", "resourceClaimTemplateName": "one-gpu"}] if i % 3 else []
+        pods.append(pod(f"p{i}", ["500m", "1", "3"][i % 3], ["1Gi", "6Gi"][i % 2], claims))
+    docs = [CLASS, TEMPLATE, *slices, *nodes, *pods]
+    out = simulate(capsys, tmp_path, docs, "--mode", mode)
+    placed = [p for p in out["pods"] if p["node"]]
+    assert placed and len(placed) < len(pods)  # some room runs out, so the checks bite
+    spec = {p["metadata"]["name"]: p for p in pods}
+    for n in nodes:
+        name = n["metadata"]["name"]
+        allocatable = node_allocatable(n)
+        assert allocatable is not None
+        for resource in (CPU, MEMORY):
+            used = sum(
+                pod_requests(spec[p["name"]]).amount(resource) for p in placed if p["node"] == name
+            )
+            assert used <= allocatable.amount(resource), (name, resource)
+    allocated = [c for c in out["claims"] if c["allocated"]]
+    assert len(allocated) == sum(1 for p in placed if spec[p["name"]]["spec"]["resourceClaims"])
+    claims = [
+        {
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": c["namespace"], "name": c["name"]},
+            "spec": SPEC,
+            "status": {"allocation": c["allocation"]},
+        }
+        for c in allocated
+    ]
+    assert check_allocations(slices, [CLASS], claims) == []
+
+
+@pytest.mark.parametrize(
+    ("docs", "expected"),
+    [
+        ([pod("p", "1", claims=[{"name": "g", "resourceClaimName": "absent"}])], "ns/absent"),
+        (
+            [
+                claim("c"),
+                pod("p", "1", claims=[{"name": "g", "resourceClaimName": "c"}]),
+                pod("q", "1", claims=[{"name": "g", "resourceClaimName": "c"}]),
+            ],
+            "share a claim",
+        ),
+        ([pod("p", "1", arrival=5, departure=1)], "before"),
+        (
+            [
+                {**claim("c"), "status": {"allocation": {"devices": {"results": []}}}},
+                pod("p", "1", claims=[{"name": "g", "resourceClaimName": "c"}]),
+            ],
+            "already allocated",
+        ),
+        ([pod("p", "1"), pod("p", "1")], "Pod ns/p appears twice"),
+    ],
+)
+def test_bad_pod_input_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, docs: list[dict[str, Any]], expected: str
+) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["simulate", "--input", str(path)]) == 2
+    assert expected in capsys.readouterr().err
