@@ -190,9 +190,9 @@ class SearchState:
         """
         pool = device.pool_index
         totals = self.snapshot.pools[pool].counter_totals
-        used = self.usage.counters.get(pool)
-        if used is not None and any(u > t for u, t in zip(used, totals, strict=True)):
+        if pool in self.usage.over_committed:
             return False
+        used = self.usage.counters.get(pool)
         delta = self.counter_delta
         for counter, amount in device.consumes:
             taken = (used[counter] if used is not None else 0) + delta.get((pool, counter), 0)

@@ -23,6 +23,9 @@ class Usage:
         self.shares: dict[int, int] = {}
         self.consumed_capacity: dict[int, dict[str, Number]] = {}
         self.counters: dict[int, list[Number]] = {}
+        self.over_committed: set[int] = set()
+        """Pools in which some counter is used beyond its total (slices shrank, or allocators
+        raced): kept as counters change, because the search asks on every candidate device."""
         self.node_versions: defaultdict[str, int] = defaultdict(int)
         """Bumped whenever usage on a node changes, so cached "does not fit" answers expire."""
         self.unknown: int = 0
@@ -42,6 +45,7 @@ class Usage:
         other.shares = dict(self.shares)
         other.consumed_capacity = {k: dict(v) for k, v in self.consumed_capacity.items()}
         other.counters = {k: list(v) for k, v in self.counters.items()}
+        other.over_committed = set(self.over_committed)
         other.node_versions = defaultdict(int, self.node_versions)
         other.unknown = self.unknown
         return other
@@ -102,6 +106,10 @@ class Usage:
             used = self.counters[pool.index] = [0] * len(pool.counter_totals)
         for counter, amount in device.consumes:
             used[counter] += sign * amount
+        if any(u > total for u, total in zip(used, pool.counter_totals, strict=True)):
+            self.over_committed.add(pool.index)
+        else:
+            self.over_committed.discard(pool.index)
 
     def _touch(self, device: Device) -> None:
         if device.node_name is not None:
