@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+"""The annotation the resource claim controller puts on a claim it makes from a template: the
+pod's `spec.resourceClaims` entry it stands for."""
+
 
 def _entries(pod: Mapping[str, Any]) -> list[str | None]:
     """Per `spec.resourceClaims` entry, its claim's name, or None while a templated claim has

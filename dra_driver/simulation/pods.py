@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.allocator import InputError
+from dra_driver.pod_claims import POD_CLAIM_NAME
 
 ARRIVAL = "sim.dra-driver.dev/arrival"
 """Seconds from the start of the replay at which the pod (or lone claim) arrives."""
 DEPARTURE = "sim.dra-driver.dev/departure"
 """Seconds at which it leaves again, releasing its node resources and claims."""
-POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 
 
 def key_of(obj: Mapping[str, Any]) -> str:

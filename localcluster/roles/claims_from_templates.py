@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import dynamic
 
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+from dra_driver.pod_claims import POD_CLAIM_NAME
 
 
 def _resources(client: dynamic.DynamicClient) -> tuple[Any, Any, Any]:
@@ -42,7 +42,7 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
                 "metadata": {
                     "generateName": f"{meta['name']}-{entry['name']}-",
                     "namespace": meta["namespace"],
-                    "annotations": {POD_CLAIM_ANNOTATION: entry["name"]},
+                    "annotations": {POD_CLAIM_NAME: entry["name"]},
                     "labels": dict(
                         (template.get("spec", {}).get("metadata") or {}).get("labels") or {}
                     ),
