@@ -3,26 +3,12 @@ values such as the node name and the pod UID come from the downward API."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path, PurePosixPath
 
 from dra_driver.cli import common_flags as common
+from dra_driver.cli.flag_types import shapes
 from dra_driver.cli.flags import Flag, Kind
-from dra_driver.slices import Shape
-
-
-def shapes(text: str) -> frozenset[Shape]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    known = {shape.value: shape for shape in Shape}
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"--shapes: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(known)}"
-        )
-    return frozenset(known[n] for n in names)
-
 
 GPU_SOURCE = "gpu-source"
 """The flags that choose where the GPUs come from; at most one may be given."""

@@ -20,18 +20,9 @@ from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.errors import BackendError
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.nvml import NvmlBackend
+from dra_driver.cli.flag_types import shapes
 from dra_driver.slices import Shape, SliceLimitError, SliceSettings, build_resource_slices
 from dra_driver.slices.limits import enforce_limits
-
-
-def _shapes(text: str) -> frozenset[Shape]:
-    try:
-        return frozenset(Shape(part.strip()) for part in text.split(",") if part.strip())
-    except ValueError:
-        known = ", ".join(s.value for s in Shape)
-        raise argparse.ArgumentTypeError(
-            f"--shapes: {text!r} names an unknown shape; known shapes: {known}"
-        ) from None
 
 
 def _non_negative(text: str) -> int:
@@ -62,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME)
     parser.add_argument(
         "--shapes",
-        type=_shapes,
+        type=shapes,
         default=frozenset(Shape),
         help="comma list of shapes to publish: gpu, mig, timeslice, shared (default: all)",
     )

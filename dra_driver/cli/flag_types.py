@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
+from dra_driver.slices import Shape
+
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -55,3 +57,16 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
         return text
 
     return check
+
+
+def shapes(text: str) -> frozenset[Shape]:
+    """A comma list of device shapes, at least one; used by the plugin and `dra-driver devices`."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    known = {shape.value: shape for shape in Shape}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"--shapes: unknown shape(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(known)}"
+        )
+    return frozenset(known[n] for n in names)
