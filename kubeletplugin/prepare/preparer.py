@@ -525,10 +525,10 @@ class Preparer:
 
     async def _release_mps(self, record: ClaimRecord) -> None:
         """Stop the daemons only this claim still needs (the last share of a GPU leaving)."""
-        if self._mps is None:
-            return
-        others = self.mps_users(exclude=record.uid)
         mine = {d.mps_uuid: d.minor for d in record.devices if d.mps_uuid and d.minor is not None}
+        if self._mps is None or not mine:
+            return  # most claims use no daemon: no walk over every record for them
+        others = self.mps_users(exclude=record.uid)
         for uuid, minor in sorted(mine.items()):
             if uuid in others:
                 continue
