@@ -66,6 +66,8 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         healthcheck_port=args.healthcheck_port,
         resync_s=args.resync_period,
         settle_s=args.settle_time,
+        default_queue=args.default_queue,
+        reclaim_hold_s=args.reclaim_hold,
     )
 
 

@@ -69,6 +69,11 @@ class ControllerConfig:
     metrics_port: int | None = None
     healthcheck_port: int | None = None
     resync_s: float = 30.0
+    default_queue: str = "default"
+    """The queue of pods whose namespace no GpuQueue names: no guarantee, no limit, served
+    last at equal standing."""
+    reclaim_hold_s: float = 60.0
+    """How long devices freed by reclaim stay kept for the pod they were freed for."""
     settle_s: float = 0.2
     """Written allocations are re-checked against the watch this long after the write, before
     the gates come off: an allocator that decided on older state gets that long to land its

@@ -25,6 +25,7 @@ from controller.informer import Informer
 from controller.kube_calls import ControllerApi
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics, MetricsEndpoint
+from controller.queue_metrics import QueueMetrics
 from controller.reconciler import Reconciler
 from controller.view import ClusterView
 from dra_driver.kube_client import api_client
@@ -46,8 +47,14 @@ class ControllerDaemon:
         self.view = ClusterView(config.mode)
         self.calls = ControllerApi(api, COMPONENT)
         self.term: int | None = None
+        self.queue_metrics = QueueMetrics(self.controller_metrics.registry)
         self.reconciler = Reconciler(
-            config, self.view, self.calls, self.metrics, is_leader=self._fence
+            config,
+            self.view,
+            self.calls,
+            self.metrics,
+            is_leader=self._fence,
+            queue_metrics=self.queue_metrics,
         )
         self.informers: list[Informer] = []
         self.synced = asyncio.Event()
@@ -58,7 +65,14 @@ class ControllerDaemon:
     def start_watches(self) -> None:
         loop = asyncio.get_running_loop()
         for resource, (listing, watching) in self.calls.informer_calls().items():
-            informer = Informer(resource, listing, watching, self.reconciler.on_event, loop=loop)
+            informer = Informer(
+                resource,
+                listing,
+                watching,
+                self.reconciler.on_event,
+                loop=loop,
+                optional=resource in self.calls.OPTIONAL,
+            )
             self.informers.append(informer)
             informer.start()
 

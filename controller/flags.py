@@ -102,6 +102,20 @@ FLAGS: tuple[Flag, ...] = (
         help="retry pods that did not fit at least this often",
     ),
     Flag(
+        "--default-queue",
+        env="DRA_DEFAULT_QUEUE",
+        default="default",
+        help="queue of pods whose namespace no GpuQueue names (no guarantee, no limit, served "
+        "last); a GpuQueue of this name is refused",
+    ),
+    Flag(
+        "--reclaim-hold",
+        env="DRA_RECLAIM_HOLD",
+        type=seconds,
+        default="60s",
+        help="seconds devices freed by reclaim are kept for the pod they were freed for",
+    ),
+    Flag(
         "--settle-time",
         env="DRA_SETTLE_TIME",
         type=seconds,

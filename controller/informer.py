@@ -34,6 +34,8 @@ Key = tuple[str, str]
 WATCH_TIMEOUT_S: Final = 300
 #: Between attempts after a failed list or watch (connection refused, 5xx).
 RETRY_S: Final = 1.0
+#: Between attempts to list an optional resource the server does not serve (CRD not installed).
+ABSENT_RETRY_S: Final = 30.0
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -84,8 +86,13 @@ class Informer:
         *,
         loop: asyncio.AbstractEventLoop,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
+        optional: bool = False,
     ) -> None:
         self.resource = resource
+        self.optional = optional
+        """A resource from a CRD that may not be installed: while the server answers 404 it
+        counts as synced and empty, and is looked for again every ABSENT_RETRY_S."""
+        self._absent_logged = False
         self._known: dict[Key, Obj] = {}
         """The thread's own copy, to turn a relist into events; the loop keeps its own view."""
         self.synced = asyncio.Event()
@@ -136,6 +143,9 @@ class Informer:
                 if err.status == 410:
                     self._expire()
                     continue
+                if err.status == 404 and self.optional:
+                    self._absent()
+                    continue
                 self._pause("API error", err)
             except Exception as err:  # connection reset, server gone: try again
                 self._pause("connection error", err)
@@ -145,6 +155,19 @@ class Informer:
             return
         log.warning(f"watch {what}; retrying", resource=self.resource, error=str(err))
         self._stopping.wait(RETRY_S)
+
+    def _absent(self) -> None:
+        if not self._absent_logged:
+            log.info(
+                "resource not served (its CRD is not installed); treating it as empty",
+                resource=self.resource,
+            )
+            self._absent_logged = True
+        for key, old in list(self._known.items()):
+            self._emit("DELETED", key, old, old)
+        self.last_resource_version = ""
+        self._loop.call_soon_threadsafe(self.synced.set)
+        self._stopping.wait(ABSENT_RETRY_S)
 
     def _expire(self) -> None:
         log.info("watch history expired; listing again", resource=self.resource)

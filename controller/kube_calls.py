@@ -19,6 +19,9 @@ from typing import Any, Final, cast
 from kubernetes import client
 
 from controller.informer import ListCall, Obj
+from dra_driver.queues import GROUP as QUEUE_GROUP
+from dra_driver.queues import PLURAL as QUEUES
+from dra_driver.queues import VERSION as QUEUE_VERSION
 
 GROUP: Final = "resource.k8s.io"
 VERSION: Final = "v1"
@@ -106,7 +109,27 @@ class ControllerApi:
                 partial(self._core.list_node, _preload_content=False),
                 partial(self._core.list_node, watch=True, _preload_content=False),
             ),
+            QUEUES: (
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    QUEUE_GROUP,
+                    QUEUE_VERSION,
+                    QUEUES,
+                    _preload_content=False,
+                ),
+                partial(
+                    self._objects.list_cluster_custom_object,
+                    QUEUE_GROUP,
+                    QUEUE_VERSION,
+                    QUEUES,
+                    watch=True,
+                    _preload_content=False,
+                ),
+            ),
         }
+
+    #: Resources from CRDs the chart installs but an older install may lack.
+    OPTIONAL: Final = frozenset({QUEUES})
 
     def list_claims(self) -> list[Obj]:
         """Every claim as the API server has it now: the re-check before and after writing."""
@@ -160,6 +183,32 @@ class ControllerApi:
             meta["name"], meta["namespace"], body, _content_type=MERGE, _preload_content=False
         )
         return _json(response)
+
+    def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """A GpuQueue's status; a merge patch without a precondition, since only the leader
+        writes it and each write is the whole picture."""
+        self._objects.patch_cluster_custom_object_status(
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            QUEUES,
+            name,
+            {"status": status},
+            _content_type=MERGE,
+            _preload_content=False,
+        )
+
+    def evict_pod(self, pod: Mapping[str, Any]) -> None:
+        """Through the Eviction API, so PodDisruptionBudgets hold (429 when one forbids it)."""
+        meta = pod["metadata"]
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"]),
+            delete_options=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=meta.get("uid"))
+            ),
+        )
+        self._core.create_namespaced_pod_eviction(
+            meta["name"], meta["namespace"], body, _preload_content=False
+        )
 
     def patch_pod_conditions(self, pod: Mapping[str, Any], conditions: list[Obj]) -> None:
         """Set these conditions by type; `status.conditions` merges on `type` (strategic

@@ -25,13 +25,18 @@ from typing import Any
 import structlog
 import urllib3
 from kubernetes import client
+from prometheus_client import CollectorRegistry
 
 from controller.allocation_metrics import AllocationMetrics
 from controller.config import ControllerConfig
 from controller.decide import Decision, NotYet, Unallocatable, decide, no_room
+from controller.evictions import carry_out
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.kube_calls import ControllerApi
+from controller.queue_metrics import QueueMetrics
+from controller.queue_status import QueueStatusWriter
+from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.pod_claims import known_claim_names
@@ -59,11 +64,25 @@ class Reconciler:
         api: ControllerApi,
         metrics: AllocationMetrics,
         is_leader: Callable[[], bool] = lambda: True,
+        queue_metrics: QueueMetrics | None = None,
     ) -> None:
         self.config = config
         self.view = view
         self.api = api
         self.metrics = metrics
+        self.queue_metrics = queue_metrics or QueueMetrics(CollectorRegistry())
+        self.queues = QueueKeeper(
+            QueueSettings(
+                driver_name=config.driver_name,
+                finalizer=config.finalizer,
+                gang_label=config.gang_label,
+                gang_size_label=config.gang_size_label,
+                default_queue=config.default_queue,
+                hold_s=config.reclaim_hold_s,
+            ),
+            view,
+        )
+        self.queue_status = QueueStatusWriter(api)
         self.writer = ClaimWriter(api, config.finalizer, is_leader)
         self._is_leader = is_leader
         self._queue: dict[Key, None] = {}
@@ -234,15 +253,18 @@ class Reconciler:
                 self._queue.setdefault(key)
         keys = sorted(self._queue, key=lambda k: (self._seen_at.get(k, 0.0), k))
         self._queue.clear()
-        decisions = self._decide(self._units(keys))
+        decisions, reclaims = self._decide(self._units(keys))
         self._in_flight = decisions
         await self._send_reports()
+        for reclaim in reclaims:
+            await carry_out(reclaim, self.api, self.queues, self.queue_metrics)
         if decisions:
             await self._write_all(decisions)
         self._in_flight = []
         await self._lift_settled()
         await self._withdraw_stale()
         await self._deallocate()
+        await self._report_queues()
         self.passes += 1
 
     async def _lift_settled(self) -> None:
@@ -260,7 +282,20 @@ class Reconciler:
         await asyncio.gather(*(self._lift(d, limit) for d in ready))
 
     def next_deadline(self) -> float | None:
-        return min((at for at, _ in self._settling), default=None)
+        due = [at for at, _ in self._settling]
+        if self.queue_status.due is not None:
+            due.append(self.queue_status.due)
+        due.extend(h.until for h in self.queues.holds.values())
+        return min(due, default=None)
+
+    async def _report_queues(self) -> None:
+        """Queue gauges and GpuQueue status, from the usage after this pass."""
+        gated = [p for p in (self.view.pods.get(k) for k in self._seen_at) if self._gated(p)]
+        ledger = self.queues.ledger()
+        pending = self.queues.pending_by_queue(p for p in gated if p is not None)
+        if self.queue_metrics is not None:
+            self.queue_metrics.update(ledger, pending)
+        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending)
 
     def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
@@ -302,15 +337,28 @@ class Reconciler:
                 units.append(gated)
         return units
 
-    def _decide(self, units: list[list[Obj]]) -> list[Decision]:
+    def _decide(self, units: list[list[Obj]]) -> tuple[list[Decision], list[Reclaim]]:
+        """Every unit in queue order (see `queueing`), each against what the ones before took."""
+        gated = [p for p in (self.view.pods.get(k) for k in self._seen_at) if self._gated(p)]
+        order = QueuePass.start(self.queues, units, [p for p in gated if p is not None])
         decisions = []
-        for pods in units:
-            outcome = decide(self.view, pods)
-            if isinstance(outcome, Decision):
-                decisions.append(outcome)
-            else:
+        try:
+            for pods in order:
+                outcome = decide(self.view, pods)
+                if isinstance(outcome, Decision):
+                    refusal = order.admit(pods, outcome)
+                    if refusal is None:
+                        decisions.append(outcome)
+                        continue
+                    for key in list(outcome.allocations):
+                        self.view.forget(key)
+                    outcome = Unallocatable(refusal)
+                elif isinstance(outcome, Unallocatable):
+                    outcome = Unallocatable(order.failed(pods, outcome))
                 self._failed(pods, outcome)
-        return decisions
+        finally:
+            order.finish()
+        return decisions, order.reclaims
 
     async def _write_all(self, decisions: list[Decision]) -> None:
         limit = asyncio.Semaphore(WRITE_CONCURRENCY)

@@ -14,9 +14,10 @@ Everything here runs on the event loop; informer threads only hand events over.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -55,7 +56,8 @@ class ClusterView:
     def __init__(self, mode: AllocationMode) -> None:
         self.mode = mode
         self.objects: dict[str, dict[Key, Obj]] = {
-            kind: {} for kind in ("resourceslices", "deviceclasses", "nodes", "resourceclaims")
+            kind: {}
+            for kind in ("resourceslices", "deviceclasses", "nodes", "resourceclaims", "gpuqueues")
         }
         self.pods: dict[Key, Obj] = {}
         self.users: dict[Key, set[Key]] = {}
@@ -78,6 +80,8 @@ class ClusterView:
         """Node → its parsed `status.allocatable` (None: it publishes none), parsed once."""
         self.generation = 0
         """Bumped on every change that can make a pod that did not fit fit now."""
+        self.queue_revision = 0
+        """Bumped on every GpuQueue change (the queue tree is rebuilt only then)."""
         self.snapshot_builds = 0
 
     # --- reading ---------------------------------------------------------------------------
@@ -110,15 +114,22 @@ class ClusterView:
     def usage(self) -> Usage:
         return self.placer().usage
 
-    def lacking(self, pods: Sequence[Obj], nodes: Iterable[str]) -> dict[str, list[Shortfall]]:
+    def lacking(
+        self, pods: Sequence[Obj], nodes: Iterable[str], freed: Iterable[Key] = ()
+    ) -> dict[str, list[Shortfall]]:
         """The nodes of `nodes` without room for `pods` all at once → what they lack, after the
         pods already counted against each (the `pods` themselves excepted, should they be
-        counted there already). A node that publishes no allocatable is not checked."""
+        counted there already, and the `freed` pods too: those about to be evicted). A node
+        that publishes no allocatable is not checked."""
         wanted = EMPTY
         own: list[tuple[str, Resources]] = []
         for pod in pods:
             wanted += pod_requests(pod)
             counted = self.load.of(key_of(pod))
+            if counted is not None:
+                own.append(counted)
+        for key in freed:
+            counted = self.load.of(key)
             if counted is not None:
                 own.append(counted)
         lacking: dict[str, list[Shortfall]] = {}
@@ -131,7 +142,7 @@ class ClusterView:
                 if where == node:
                     used = used.minus(requests)
             # Every pod takes a slot: the slots are checked for all of them, requests as one.
-            used = NodeUsage(used.requested, used.pods + len(pods) - 1)
+            used = NodeUsage(used.requested, max(0, used.pods + len(pods) - 1))
             lack = insufficient(wanted, allocatable, used)
             if lack:
                 lacking[node] = lack
@@ -181,6 +192,9 @@ class ClusterView:
             self.generation += 1
         elif event.resource == "resourceclaims":
             self._claim_changed(event.key, None if event.kind == "DELETED" else event.obj)
+        elif event.resource == "gpuqueues":
+            self.queue_revision += 1
+            self.generation += 1  # a new guarantee or limit can let a waiting pod in
         if event.resource == "resourceclaims":
             self._watched(resource_version(event.obj))
 
@@ -283,6 +297,24 @@ class ClusterView:
         self._record(key, allocation_of(self.claims.get(key)))
         self._recount_users(key)
         self.generation += 1
+
+    @contextlib.contextmanager
+    def without(self, claims: Iterable[Key]) -> Iterator[None]:
+        """The allocator's usage as if these claims held nothing (a trial of evicting their
+        pods), put back on leaving."""
+        placer = self.placer()
+        released = [(k, a) for k in dict.fromkeys(claims) if (a := self._recorded.get(k))]
+        for _, allocation in released:
+            placer.release(allocation, _allocation_node(allocation))
+        try:
+            yield
+        finally:
+            for _, allocation in released:
+                placer.record(allocation, _allocation_node(allocation))
+
+    def recorded(self, key: Key) -> Obj | None:
+        """The allocation the allocator's usage holds for this claim now, if any."""
+        return self._recorded.get(key)
 
     def conflict(self, key: Key, allocation: Obj) -> str | None:
         """Why `allocation` for claim `key` collides with what every other claim holds now."""

@@ -1,0 +1,102 @@
+"""Carrying out reclaim: tell each victim why, then evict it through the Eviction API.
+
+The Event and the condition go first, so the pod's record says which queue took its devices
+even if it is gone a moment later. A PodDisruptionBudget that forbids the eviction (429) spares
+the pod for the hold time and tells the waiting pod; a pod already gone (404) needs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+import urllib3
+from kubernetes import client
+
+from controller.informer import Obj, key_of
+from controller.kube_calls import ControllerApi
+from controller.queue_metrics import QueueMetrics
+from controller.queueing import QueueKeeper, Reclaim
+
+log = structlog.get_logger(__name__)
+
+REASON = "ReclaimedByQueue"
+
+
+def reclaimed_condition(driver_name: str) -> str:
+    return f"{driver_name}/Reclaimed"
+
+
+async def carry_out(
+    reclaim: Reclaim, api: ControllerApi, keeper: QueueKeeper, metrics: QueueMetrics
+) -> None:
+    requester = reclaim.requester["metadata"]
+    asker = f"{requester['namespace']}/{requester['name']}"
+    for victim, victim_queue in reclaim.victims:
+        message = (
+            f"evicted: queue {reclaim.queue} reclaims the GPUs it is guaranteed, for pod {asker}; "
+            f"this pod ran on capacity queue {victim_queue} had borrowed"
+        )
+        try:
+            await asyncio.to_thread(api.post_pod_event, victim, "Warning", "Reclaimed", message)
+            await asyncio.to_thread(api.patch_pod_conditions, victim, [_condition(keeper, message)])
+            await asyncio.to_thread(api.evict_pod, victim)
+        except client.ApiException as err:
+            _refused(reclaim, victim, err, keeper)
+            if err.status == 429:
+                await _tell_requester(reclaim, victim, api)
+            continue
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            log.info("eviction failed; the next attempt chooses again", error=str(err))
+            keeper.evicting.pop(key_of(victim), None)
+            continue
+        metrics.evictions.labels(queue=reclaim.queue, victim_queue=victim_queue).inc()
+        log.info(
+            "pod evicted for reclaim",
+            pod=f"{victim['metadata']['namespace']}/{victim['metadata']['name']}",
+            queue=reclaim.queue,
+            victim_queue=victim_queue,
+            requester=asker,
+            node=reclaim.node,
+        )
+
+
+def _condition(keeper: QueueKeeper, message: str) -> Obj:
+    return {
+        "type": reclaimed_condition(keeper.settings.driver_name),
+        "status": "True",
+        "reason": REASON,
+        "message": message,
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _refused(reclaim: Reclaim, victim: Obj, err: client.ApiException, keeper: QueueKeeper) -> None:
+    key = key_of(victim)
+    keeper.evicting.pop(key, None)
+    if err.status == 404:
+        return  # gone already: its devices are free
+    log.info("eviction refused", pod=key, status=err.status, reason=err.reason)
+    keeper.spared[key] = time.monotonic() + keeper.settings.hold_s
+    hold = keeper.holds.get(key_of(reclaim.requester))
+    if hold is not None:
+        hold.victims.discard(key)
+        for claim in [c for c in hold.claims if c[0] == key[0]]:
+            if key in keeper.view.users.get(claim, set()):
+                del hold.claims[claim]
+
+
+async def _tell_requester(reclaim: Reclaim, victim: Obj, api: ControllerApi) -> None:
+    name = f"{victim['metadata']['namespace']}/{victim['metadata']['name']}"
+    try:
+        await asyncio.to_thread(
+            api.post_pod_event,
+            reclaim.requester,
+            "Warning",
+            "ReclaimBlocked",
+            f"queue {reclaim.queue} could not evict pod {name}: its PodDisruptionBudget "
+            "allows no disruption now",
+        )
+    except (client.ApiException, OSError) as err:
+        log.info("cannot report a blocked reclaim", error=str(err))

@@ -1,0 +1,428 @@
+"""Queues in the allocation loop: the order gated pods are decided in, the check each decision
+must pass before it is written, reclaim, and holds on freed devices.
+
+Usage is counted from claims, not pods: every allocated claim (ours, the kube-scheduler's, and
+our own decisions not written yet) counts for the queue of its namespace, once, however many pods
+share it, so a queue is charged for exactly the GPUs its namespaces hold.
+
+A pass decides units (a pod, or a gang) one at a time, always from the queue that comes next
+(`Ledger.order_key`), each against the usage left by the ones before. A decision that would take
+its queue past a limit, or past its guarantee into capacity reserved for a queue short of its
+guarantee, is dropped and the pod waits with the reason.
+
+Reclaim: when a single pod of a queue short of its guarantee (and with `reclaim: Borrowed`)
+cannot be placed, pods on borrowed capacity are chosen (`dra_driver.queues.reclaim`) by trying,
+node by node, whether freeing their claims lets the pod's claims be allocated there, through the
+allocator itself. The chosen pods are evicted, and a *hold* keeps the devices they free for the
+pod that asked: until it is placed, or the hold time passes, every other decision sees those
+devices as taken. Gangs are not reclaimed for (a gang that waits keeps waiting); a victim's gang
+goes whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from controller.decide import Decision, Unallocatable
+from controller.gangs import GangError, gang_of
+from controller.informer import Key, Obj, key_of
+from controller.view import ClusterView, allocation_of
+from dra_driver.allocator.result import allocation_node
+from dra_driver.queues import (
+    RECLAIM_BORROWED,
+    ZERO,
+    Amounts,
+    Ledger,
+    QueueSpec,
+    QueueTree,
+    Running,
+    Unit,
+    allocation_amounts,
+    borrowed_units,
+    capacity,
+    choose_victims,
+)
+from dra_driver.queues.spec import format_gpu
+
+log = structlog.get_logger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class Hold:
+    """Devices freed by evictions, kept for the pod they were freed for."""
+
+    pod: Key
+    queue: str
+    node: str
+    claims: dict[Key, Obj]
+    """Victims' claims → the allocations they held (the devices kept)."""
+    victims: set[Key]
+    until: float
+
+
+@dataclass(slots=True)
+class Reclaim:
+    """Evictions a pass decided on, carried out after it."""
+
+    requester: Obj
+    queue: str
+    node: str
+    victims: list[tuple[Obj, str]]
+    """(pod, its queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    driver_name: str
+    finalizer: str
+    gang_label: str
+    gang_size_label: str
+    default_queue: str = "default"
+    hold_s: float = 60.0
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _created(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+class QueueKeeper:
+    """The queue state that outlives a pass: the tree, holds, pods being evicted."""
+
+    def __init__(self, settings: QueueSettings, view: ClusterView) -> None:
+        self.settings = settings
+        self.view = view
+        self._tree: QueueTree | None = None
+        self._tree_revision = -1
+        self._amounts: dict[Key, tuple[int, Obj, Amounts]] = {}
+        """Claim → (snapshot build, the allocation, what it counts), computed once each."""
+        self._capacity: tuple[int, Amounts] | None = None
+        self.holds: dict[Key, Hold] = {}
+        self.evicting: dict[Key, str] = {}
+        """Pods we asked to evict → the queue that reclaimed; dropped once they are gone."""
+        self.spared: dict[Key, float] = {}
+        """Pods whose eviction a PodDisruptionBudget refused → when to consider them again."""
+
+    # --- the tree and the ledger -------------------------------------------------------------
+
+    def tree(self) -> QueueTree:
+        if self._tree is None or self._tree_revision != self.view.queue_revision:
+            default = QueueSpec(name=self.settings.default_queue, last=True)
+            self._tree = QueueTree.build(self.view.objects["gpuqueues"].values(), default)
+            self._tree_revision = self.view.queue_revision
+            for name, why in sorted(self._tree.problems.items()):
+                log.warning("queue ignored", queue=name, reason=why)
+        return self._tree
+
+    def queue_of(self, pod: Mapping[str, Any]) -> str:
+        return self.tree().queue_for(str((pod.get("metadata") or {}).get("namespace") or ""))
+
+    def claim_amounts(self, key: Key, allocation: Obj) -> Amounts:
+        self.view.placer()  # the snapshot is current
+        builds = self.view.snapshot_builds
+        cached = self._amounts.get(key)
+        if cached is not None and cached[0] == builds and cached[1] is allocation:
+            return cached[2]
+        amounts = allocation_amounts(self.view.snapshot, self.settings.driver_name, allocation)
+        self._amounts[key] = (builds, allocation, amounts)
+        return amounts
+
+    def capacity(self) -> Amounts:
+        self.view.placer()  # the snapshot is current
+        if self._capacity is None or self._capacity[0] != self.view.snapshot_builds:
+            total = capacity(self.view.snapshot, self.settings.driver_name)
+            self._capacity = (self.view.snapshot_builds, total)
+        return self._capacity[1]
+
+    def ledger(self, waiting: Iterable[Obj] = ()) -> Ledger:
+        tree = self.tree()
+        ledger = Ledger(tree, self.capacity())
+        claims = self.view.claims
+        for key in list(self._amounts):
+            if key not in claims and key not in self.view.assumed:
+                del self._amounts[key]
+        for key, claim in claims.items():
+            allocation = allocation_of(claim) or self.view.assumed.get(key)
+            if allocation is not None:
+                ledger.add(tree.queue_for(key[0]), self.claim_amounts(key, allocation))
+        for key, allocation in self.view.assumed.items():
+            if key not in claims:
+                ledger.add(tree.queue_for(key[0]), self.claim_amounts(key, allocation))
+        for pod in waiting:
+            ledger.waiting.add(self.queue_of(pod))
+        return ledger
+
+    def pending_by_queue(self, pods: Iterable[Obj]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for pod in pods:
+            queue = self.queue_of(pod)
+            counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+    # --- pods that hold devices ----------------------------------------------------------------
+
+    def running(self) -> list[Running]:
+        """Pods we admitted that hold devices and could be evicted to free them."""
+        found: list[Running] = []
+        now = time.monotonic()
+        for key in [k for k in self.evicting if k not in self.view.pods]:
+            del self.evicting[key]
+        for key in [k for k, t in self.spared.items() if t <= now]:
+            del self.spared[key]
+        for key, pod in self.view.pods.items():
+            if key in self.evicting or key in self.spared:
+                continue
+            entry = self._running(key, pod)
+            if entry is not None:
+                found.append(entry)
+        return found
+
+    def _running(self, key: Key, pod: Obj) -> Running | None:
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            return None
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return None
+        gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        if gates:
+            return None
+        claims = self.view.pod_claims(pod)
+        if not claims:
+            return None
+        total = ZERO
+        nodes: set[str] = set()
+        ours = False
+        for claim in claims:
+            allocation = allocation_of(claim)
+            if allocation is None:
+                return None
+            claim_key = key_of(claim)
+            if any(
+                user != key and self._alive(user) for user in self.view.users.get(claim_key, ())
+            ):
+                return None  # shared with another pod: evicting this one frees nothing
+            ours = ours or self.settings.finalizer in (claim["metadata"].get("finalizers") or [])
+            total = total + self.claim_amounts(claim_key, allocation)
+            node = allocation_node(allocation)
+            if node:
+                nodes.add(node)
+        if not ours or not nodes:
+            return None
+        gang = None
+        try:
+            found = gang_of(pod, self.settings.gang_label, self.settings.gang_size_label)
+        except GangError:
+            found = None
+        if found is not None:
+            gang = f"{found[0].namespace}/{found[0].name}"
+        return Running(
+            key=key,
+            queue=self.queue_of(pod),
+            nodes=frozenset(nodes),
+            priority=pod_priority(pod),
+            created=_created(pod),
+            amounts=total,
+            gang=gang,
+        )
+
+    def _alive(self, key: Key) -> bool:
+        pod = self.view.pods.get(key)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+    # --- holds -----------------------------------------------------------------------------------
+
+    def expire_holds(self, gated: set[Key]) -> None:
+        now = time.monotonic()
+        for key, hold in list(self.holds.items()):
+            if hold.until <= now or key not in gated:
+                log.info("hold released", pod=f"{key[0]}/{key[1]}", node=hold.node)
+                del self.holds[key]
+
+    def waiting_on_victims(self, pod: Key) -> bool:
+        hold = self.holds.get(pod)
+        return hold is not None and any(v in self.view.pods for v in hold.victims)
+
+
+@dataclass(slots=True)
+class QueuePass:
+    """One pass's decisions in queue order (see the module docstring)."""
+
+    keeper: QueueKeeper
+    ledger: Ledger
+    pending: dict[str, list[list[Obj]]]
+    reclaims: list[Reclaim] = field(default_factory=list)
+    _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
+    """Hold → the allocations recorded for it in the allocator's usage during this pass."""
+
+    @classmethod
+    def start(
+        cls, keeper: QueueKeeper, units: Sequence[list[Obj]], gated: Iterable[Obj]
+    ) -> QueuePass:
+        gated = list(gated)
+        keeper.expire_holds({key_of(p) for p in gated})
+        ledger = keeper.ledger(gated)
+        pending: dict[str, list[list[Obj]]] = {}
+        for unit in units:
+            pending.setdefault(keeper.queue_of(unit[0]), []).append(unit)
+        for queue_units in pending.values():
+            queue_units.sort(
+                key=lambda u: (
+                    -max(pod_priority(p) for p in u),
+                    min(_created(p) for p in u),
+                    key_of(u[0]),
+                )
+            )
+        this = cls(keeper, ledger, pending)
+        this._apply_holds()
+        return this
+
+    def _apply_holds(self) -> None:
+        view = self.keeper.view
+        placer = view.placer()
+        for pod, hold in self.keeper.holds.items():
+            applied: list[tuple[Obj, str]] = []
+            for claim, allocation in hold.claims.items():
+                if view.recorded(claim) is allocation or view.recorded(claim) == allocation:
+                    continue  # the victim still holds it: taken anyway
+                node = allocation_node(allocation) or "*"
+                placer.record(allocation, node)
+                applied.append((allocation, node))
+            self._applied[pod] = applied
+
+    def _release_hold(self, pod: Key) -> None:
+        placer = self.keeper.view.placer()
+        for allocation, node in self._applied.pop(pod, []):
+            placer.release(allocation, node)
+
+    def finish(self) -> None:
+        for pod in list(self._applied):
+            self._release_hold(pod)
+
+    def __iter__(self) -> Iterator[list[Obj]]:
+        while True:
+            queue = self.ledger.next_queue(q for q, units in self.pending.items() if units)
+            if queue is None:
+                return
+            unit = self.pending[queue].pop(0)
+            for pod in unit:
+                self._release_hold(key_of(pod))
+            yield unit
+
+    # --- after a decision ----------------------------------------------------------------------
+
+    def admit(self, pods: Sequence[Obj], decision: Decision) -> str | None:
+        """None when the queue may take what the decision allocates (it is then counted),
+        else why not."""
+        queue = self.keeper.queue_of(pods[0])
+        asks = ZERO
+        for key, allocation in decision.allocations.items():
+            asks = asks + self.keeper.claim_amounts(key, allocation)
+        refusal = self.ledger.refusal(queue, asks)
+        if refusal is not None:
+            return refusal
+        self.ledger.add(queue, asks)
+        for pod in pods:
+            self.keeper.holds.pop(key_of(pod), None)
+        return None
+
+    def failed(self, pods: Sequence[Obj], outcome: Unallocatable) -> str:
+        """The reason the pods wait, after trying reclaim for them."""
+        queue = self.keeper.queue_of(pods[0])
+        self.ledger.waiting.add(queue)
+        if len(pods) != 1 or not self.ledger.short_of_guarantee(queue):
+            return outcome.reason
+        pod = pods[0]
+        spec = self.ledger.tree.queues[queue]
+        used = self.ledger.used(queue)
+        standing = f"queue {queue} is below its guarantee ({_standing(used, spec)})"
+        if spec.reclaim != RECLAIM_BORROWED:
+            return (
+                f"{outcome.reason}; {standing} but its reclaim policy is {spec.reclaim}: "
+                "waiting for devices to be freed"
+            )
+        if self.keeper.waiting_on_victims(key_of(pod)):
+            hold = self.keeper.holds[key_of(pod)]
+            return f"{standing}: waiting for {len(hold.victims)} evicted pod(s) on node {hold.node}"
+        chosen = self._victims(pod, queue)
+        if chosen is None:
+            return f"{outcome.reason}; {standing} but no pod on borrowed capacity would make room"
+        node, units = chosen
+        victims = [p for u in units for p in u.pods]
+        claims: dict[Key, Obj] = {}
+        view = self.keeper.view
+        for victim in victims:
+            self.keeper.evicting[victim.key] = queue
+            self.ledger.remove(victim.queue, victim.amounts)
+            body = view.pods[victim.key]
+            for claim in view.pod_claims(body) or []:
+                allocation = allocation_of(claim)
+                if allocation is not None:
+                    claims[key_of(claim)] = allocation
+        self.keeper.holds[key_of(pod)] = Hold(
+            pod=key_of(pod),
+            queue=queue,
+            node=node,
+            claims=claims,
+            victims={v.key for v in victims},
+            until=time.monotonic() + self.keeper.settings.hold_s,
+        )
+        self.reclaims.append(
+            Reclaim(pod, queue, node, [(view.pods[v.key], v.queue) for v in victims])
+        )
+        names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
+        return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
+
+    def _victims(self, pod: Obj, queue: str) -> tuple[str, list[Unit]] | None:
+        view = self.keeper.view
+        claims = view.pod_claims(pod) or []
+        missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
+        if not missing:
+            return None
+        units = borrowed_units(self.ledger, self.keeper.running(), queue)
+        if not units:
+            return None
+        spec = self.ledger.tree.queues[queue]
+        used = self.ledger.used(queue)
+        claim_keys = {
+            r.key: [key_of(c) for c in view.pod_claims(view.pods[r.key]) or []]
+            for u in units
+            for r in u.pods
+        }
+
+        def fits(node: str, freed: Sequence[Running]) -> bool:
+            if view.lacking([pod], [node], freed=[r.key for r in freed]):
+                return False
+            with view.without(k for r in freed for k in claim_keys[r.key]):
+                placer = view.placer()
+                placement = placer.place(missing, nodes=[node])
+                if placement.allocations is None:
+                    return False
+                asks = ZERO
+                for allocation in placement.allocations:
+                    asks = asks + allocation_amounts(
+                        view.snapshot, self.keeper.settings.driver_name, allocation
+                    )
+                    placer.release(allocation, allocation_node(allocation) or "*")
+            return spec.guaranteed.covers(used + asks)
+
+        return choose_victims(units, fits)
+
+
+def _standing(used: Amounts, spec: QueueSpec) -> str:
+    guaranteed = spec.guaranteed.gpu
+    if guaranteed is None:
+        return "memory"
+    return f"holds {format_gpu(used.gpu)} of {format_gpu(guaranteed)} guaranteed GPUs"

@@ -1,0 +1,148 @@
+"""Choosing which pods to evict so that a queue short of its guarantee gets a waiting pod placed.
+
+Only pods on *borrowed* capacity may go: within each queue the pods are ranked as they would
+have been admitted (higher priority first, then older), and those that fit inside the queue's
+guarantee in that order are protected; the rest are borrowed. A gang goes whole or not at all, so
+it is a candidate only when every member is borrowed.
+
+The caller knows the devices; this module only asks it, node by node, whether freeing a set of
+candidates would let the pod fit there (`fits`). Per node the candidates are tried cheapest
+first (lowest priority, then newest): one at a time first, since a single victim is best, then
+accumulated until the pod fits. The node needing the fewest victims wins, then the one whose
+victims have the lowest priority, then the newest. If no node works, nobody is evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from dra_driver.queues.fairness import Ledger
+from dra_driver.queues.spec import ZERO, Amounts
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A pod that holds devices, as reclaim sees it."""
+
+    key: tuple[str, str]
+    queue: str
+    nodes: frozenset[str]
+    priority: int
+    created: str
+    amounts: Amounts
+    gang: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What is evicted together: a pod, or a gang's running members."""
+
+    pods: tuple[Running, ...]
+
+    @property
+    def priority(self) -> int:
+        return max(p.priority for p in self.pods)
+
+    @property
+    def created(self) -> str:
+        return max(p.created for p in self.pods)
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(n for p in self.pods for n in p.nodes)
+
+    @property
+    def amounts(self) -> Amounts:
+        total = ZERO
+        for pod in self.pods:
+            total = total + pod.amounts
+        return total
+
+
+Fits = Callable[[str, Sequence[Running]], bool]
+"""(node, pods freed) → whether the waiting pod would fit on that node then."""
+
+
+def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -> list[Unit]:
+    """Units that hold only borrowed capacity, of queues other than `requester`."""
+    by_queue: dict[str, list[Running]] = {}
+    for pod in running:
+        by_queue.setdefault(pod.queue, []).append(pod)
+    protected: set[tuple[str, str]] = set()
+    borrowed: list[Running] = []
+    for queue, pods in by_queue.items():
+        spec = ledger.tree.queues.get(queue)
+        held = ZERO
+        for pod in sorted(pods, key=lambda p: (-p.priority, p.created, p.key)):
+            held = held + pod.amounts
+            if spec is not None and spec.guaranteed.covers(held):
+                protected.add(pod.key)
+            elif queue != requester:
+                borrowed.append(pod)
+    gangs: dict[str, list[Running]] = {}
+    units: list[Unit] = []
+    for pod in borrowed:
+        if pod.gang is None:
+            units.append(Unit((pod,)))
+        else:
+            gangs.setdefault(pod.gang, []).append(pod)
+    everyone = {p.key: p for pods in by_queue.values() for p in pods}
+    for gang in gangs:
+        members = [p for p in everyone.values() if p.gang == gang]
+        if all(m.key not in protected and m.queue != requester for m in members):
+            units.append(Unit(tuple(sorted(members, key=lambda p: p.key))))
+    return units
+
+
+def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] | None:
+    """The node and the fewest units to evict so the pod fits there (see the module's
+    docstring)."""
+    by_node: dict[str, list[Unit]] = {}
+    for unit in units:
+        for node in unit.nodes:
+            by_node.setdefault(node, []).append(unit)
+    best: tuple[tuple[object, ...], str, list[Unit]] | None = None
+    for node in sorted(by_node):
+        ranked = sorted(by_node[node], key=lambda u: (u.priority, _newest_first(u.created)))
+        chosen = _on_node(node, ranked, fits)
+        if chosen is None:
+            continue
+        rank = (
+            sum(len(u.pods) for u in chosen),
+            max(u.priority for u in chosen),
+            _newest_first(max(u.created for u in chosen)),
+            node,
+        )
+        if best is None or rank < best[0]:
+            best = (rank, node, chosen)
+    return None if best is None else (best[1], best[2])
+
+
+def _on_node(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None:
+    for unit in ranked:
+        if fits(node, unit.pods):
+            return [unit]
+    chosen: list[Unit] = []
+    freed: list[Running] = []
+    for unit in ranked:
+        chosen.append(unit)
+        freed.extend(unit.pods)
+        if len(chosen) > 1 and fits(node, freed):
+            return _pruned(node, chosen, fits)
+    return None
+
+
+def _pruned(node: str, chosen: list[Unit], fits: Fits) -> list[Unit]:
+    """Drop every unit the pod fits without, costliest first: each victim left is needed."""
+    kept = list(chosen)
+    for unit in sorted(chosen, key=lambda u: (-u.priority, u.created)):
+        rest = [u for u in kept if u is not unit]
+        if rest and fits(node, [p for u in rest for p in u.pods]):
+            kept = rest
+    return kept
+
+
+def _newest_first(created: str) -> tuple[int, ...]:
+    """A sort key that puts later RFC 3339 timestamps first."""
+    return tuple(-ord(c) for c in created)
