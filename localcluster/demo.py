@@ -32,6 +32,7 @@ from dra_driver.pod_claims import claim_names
 from kubeletplugin.prepare.container_edits import env_key
 from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cluster import LocalCluster
+from localcluster.queue_scenario import two_teams
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
 
 ENV_PREFIXES = ("DRA_", "CUDA_MPS_", "NVIDIA_", "CUDA_VISIBLE")
@@ -76,7 +77,9 @@ async def run_demo(
     timeout_s: float,
     out: TextIO,
     watch_history: int = DEFAULT_WATCH_HISTORY,
+    queues: bool = True,
 ) -> int:
+    """Run the examples, then (with `queues`) the two-team queue scenario on the same cluster."""
     files = example_files(examples)
     documents = load_documents(files)
     pods = [
@@ -104,16 +107,20 @@ async def run_demo(
         for report in reports.values():
             _print_pod(report, out)
         await _delete_and_check_release(cluster, reports, deadline=time.monotonic() + 30)
+        queue_problems = await two_teams(cluster, out) if queues else []
     failed = [r for r in reports.values() if not r.ok]
     print(file=out)
+    for problem in queue_problems:
+        print(f"FAILED queues: {problem}", file=out)
     if failed:
         for report in failed:
             why = "; ".join(report.problems) or report.error or "not prepared"
             print(f"FAILED {report.namespace}/{report.name}: {why}", file=out)
+    if failed or queue_problems:
         return 1
     print(
         f"all {len(reports)} example pods got what they asked for and released it "
-        f"({len(files)} example files)",
+        f"({len(files)} example files)" + ("; the queues behaved" if queues else ""),
         file=out,
     )
     return 0

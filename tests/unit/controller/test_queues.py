@@ -1,0 +1,306 @@
+"""Queues in the controller's passes, against the embedded API server through the real client:
+the order pods are decided in, limits, guarantee protection, reclaim by eviction with the freed
+devices held for the pod that asked, and each GpuQueue's status."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from localcluster.crds import install_chart_crds
+
+from controller.daemon import ControllerDaemon
+from dra_driver.queues import GROUP as QGROUP
+from dra_driver.queues import PLURAL as QPLURAL
+from dra_driver.queues import VERSION as QVERSION
+from localcluster.apiserver import ApiServer
+from tests.integration.allocation.harness import (
+    DRIVER,
+    GATE,
+    GROUP,
+    VERSION,
+    Cluster,
+    eventually,
+    manual_controller,
+)
+
+RECLAIMED = f"{DRIVER}/Reclaimed"
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    with ApiServer(port=0) as running:
+        yield running
+
+
+@pytest.fixture
+def api(server: ApiServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
+        install_chart_crds(api_client)
+        yield api_client
+
+
+def make_cluster(server: ApiServer, api: client.ApiClient, gpus: str) -> Cluster:
+    made = Cluster(server, api)
+    made.add_classes()
+    made.add_nodes(1, gpus=gpus)
+    for namespace in ("qa", "qb"):
+        made.core.create_namespace({"metadata": {"name": namespace}})
+    return made
+
+
+def queue(api: client.ApiClient, name: str, **spec: Any) -> None:
+    body = {
+        "apiVersion": f"{QGROUP}/{QVERSION}",
+        "kind": "GpuQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    client.CustomObjectsApi(api).create_cluster_custom_object(QGROUP, QVERSION, QPLURAL, body)
+
+
+def get_queue(api: client.ApiClient, name: str) -> dict[str, Any]:
+    found: Any = client.CustomObjectsApi(api).get_cluster_custom_object(
+        QGROUP, QVERSION, QPLURAL, name
+    )
+    return dict(found)
+
+
+def gpu_pod(cluster: Cluster, namespace: str, name: str, **spec: Any) -> None:
+    """A gated pod with its own one-GPU claim."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}]
+            }
+        },
+    }
+    cluster.objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims", claim
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            "schedulingGates": [{"name": GATE}],
+            **spec,
+        },
+    }
+    cluster.core.create_namespaced_pod(namespace, pod)
+
+
+def read_pod(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found = cluster.core.read_namespaced_pod(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return dict(cluster.api.sanitize_for_serialization(found))
+
+
+def gated(cluster: Cluster, namespace: str, name: str) -> bool:
+    pod = read_pod(cluster, namespace, name)
+    assert pod is not None, f"pod {namespace}/{name} is gone"
+    return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def condition(cluster: Cluster, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+    pod = read_pod(cluster, namespace, name)
+    assert pod is not None
+    return next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c["type"] == kind),
+        None,
+    )
+
+
+def allocated_device(cluster: Cluster, namespace: str, name: str) -> str | None:
+    found: Any = cluster.objects.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims", name
+    )
+    allocation = (found.get("status") or {}).get("allocation")
+    return None if not allocation else str(allocation["devices"]["results"][0]["device"])
+
+
+async def passes(daemon: ControllerDaemon, count: int = 1) -> None:
+    for _ in range(count):
+        await daemon.reconciler.run_pass()
+        due = daemon.reconciler.next_deadline()
+        if due is not None and daemon.reconciler._settling:
+            await eventually(lambda d=due: time.monotonic() >= d, what="the settle time")
+            await daemon.reconciler.run_pass()
+
+
+async def known(daemon: ControllerDaemon, *pods: tuple[str, str]) -> None:
+    await eventually(lambda: all(p in daemon.view.pods for p in pods), what="pods in view")
+
+
+def release_claims_of_gone_pods(cluster: Cluster, namespace: str) -> None:
+    """What kubelet and the resourceclaim controller do once a pod is gone: drop it from its
+    claims' `reservedFor`."""
+    live = {p.metadata.uid for p in cluster.core.list_namespaced_pod(namespace).items}
+    found: Any = cluster.objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims"
+    )
+    for claim in found["items"]:
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        kept = [r for r in reserved if r["uid"] in live]
+        if kept != reserved:
+            cluster.objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                "resourceclaims",
+                claim["metadata"]["name"],
+                {"status": {"reservedFor": kept or None}},
+            )
+
+
+async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    gpu_pod(cluster, "qa", "a1")
+    gpu_pod(cluster, "qa", "a2")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"), ("qa", "a2"))
+        await passes(daemon)
+        assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")  # borrowing
+        freed = allocated_device(cluster, "qa", "a2")
+        assert freed is not None
+
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        # a2 is the borrowed one (a1 came first and fits the guarantee): evicted, with why.
+        await eventually(lambda: read_pod(cluster, "qa", "a2") is None, what="a2 evicted")
+        assert read_pod(cluster, "qa", "a1") is not None
+        reasons = [e.reason for e in cluster.core.list_namespaced_event("qa").items]
+        assert "Reclaimed" in reasons
+        evictions = daemon.queue_metrics.evictions.labels(queue="b", victim_queue="a")
+        assert evictions._value.get() == 1
+        assert gated(cluster, "qb", "b1")
+
+        # Kubelet lets the pod go; the controller deallocates; the held GPU goes to b1 even
+        # though a new pod of queue a arrived first and would take it otherwise.
+        gpu_pod(cluster, "qa", "a3")
+        release_claims_of_gone_pods(cluster, "qa")
+        await known(daemon, ("qa", "a3"))
+        await eventually(
+            lambda: daemon.view.claims[("qa", "a2")].get("status", {}).get("reservedFor") is None,
+            what="a2's claim released in the view",
+        )
+        await passes(daemon, 3)
+        assert not gated(cluster, "qb", "b1")
+        assert allocated_device(cluster, "qb", "b1") == freed
+        assert gated(cluster, "qa", "a3")
+        status = get_queue(api, "b")["status"]
+        assert status["used"]["gpu"] == "1"
+    finally:
+        daemon.stop_watches()
+
+
+async def test_reclaim_never_evicts_nothing_and_says_why(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"}, reclaim="Never")
+    gpu_pod(cluster, "qa", "a1")
+    gpu_pod(cluster, "qa", "a2")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"), ("qa", "a2"))
+        await passes(daemon)
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        assert read_pod(cluster, "qa", "a2") is not None
+        found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None and found["status"] == "False"
+        assert "reclaim policy is Never" in found["message"]
+        assert "queue b is below its guarantee" in found["message"]
+    finally:
+        daemon.stop_watches()
+
+
+async def test_pods_within_the_guarantee_are_never_evicted(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "2"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    gpu_pod(cluster, "qa", "a1")
+    gpu_pod(cluster, "qa", "a2")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"), ("qa", "a2"))
+        await passes(daemon)
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        assert read_pod(cluster, "qa", "a1") is not None
+        assert read_pod(cluster, "qa", "a2") is not None
+        found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None
+        assert "no pod on borrowed capacity would make room" in found["message"]
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_queue_below_its_guarantee_goes_first_and_limits_hold(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:3")
+    queue(api, "a", namespaces=["qa"], limit={"gpu": "2"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    # Queue a's pods come first in time, but b is below its guarantee: b1 is decided first.
+    for name in ("a1", "a2", "a3"):
+        gpu_pod(cluster, "qa", name)
+    gpu_pod(cluster, "qb", "b1")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"), ("qa", "a2"), ("qa", "a3"), ("qb", "b1"))
+        await passes(daemon)
+        assert not gated(cluster, "qb", "b1")
+        assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")
+        assert gated(cluster, "qa", "a3")
+        found = condition(cluster, "qa", "a3", f"{DRIVER}/DevicesAllocated")
+        assert found is not None and "would pass its gpu limit" in found["message"]
+        status = get_queue(api, "a")["status"]
+        assert status["used"]["gpu"] == "2"
+        assert status["borrowed"]["gpu"] == "2"
+        assert status["pending"] == 1
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_bad_queue_is_reported_and_ignored(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:1")
+    queue(api, "orphan", namespaces=["qa"], parent="missing", guaranteed={"gpu": "1"})
+    gpu_pod(cluster, "qa", "a1")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"))
+        await passes(daemon)
+        assert not gated(cluster, "qa", "a1")  # served by the default queue
+        conditions = get_queue(api, "orphan")["status"]["conditions"]
+        valid = next(c for c in conditions if c["type"] == "Valid")
+        assert valid["status"] == "False"
+        assert "spec.parent" in valid["message"] and "missing does not exist" in valid["message"]
+    finally:
+        daemon.stop_watches()
