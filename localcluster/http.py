@@ -55,9 +55,9 @@ class Server(ThreadingHTTPServer):
 
 
 def _find(store: Store, group: str, version: str, plural: str) -> ResourceType:
-    for rt in store.types.values():
-        if rt.group == group and rt.version == version and rt.plural == plural:
-            return rt
+    rt = store.find(group, version, plural)
+    if rt is not None:
+        return rt
     raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
 
 
@@ -166,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, parts: list[str], query: dict[str, str]) -> None:
         store = self.server.store
-        types = list(store.types.values())
+        types = list(store.served.values())
         doc: dict[str, Any] | None = None
         if parts == ["version"]:
             doc = dict(discovery.KUBERNETES_VERSION)
