@@ -31,6 +31,7 @@ from dra_driver.backends.fake.mps_control import terminate_daemons
 from localcluster.apiserver import ApiServer
 from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cli.local_cluster import DEFAULT_GPUS
+from localcluster.crds import bundled_definitions
 from localcluster.roles import claims_from_templates, scheduler
 from localcluster.roles.node_agent import NodeAgent
 
@@ -127,6 +128,8 @@ class LocalCluster:
         self.server.write_kubeconfig(self.kubeconfig)
         self.api = client.ApiClient(client.Configuration(host=self.server.url))
         self.dyn = dynamic.DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        # The chart's CRDs (GpuQueue), as `helm install` creates them before anything else.
+        self.apply(bundled_definitions())
         nodes = self.dyn.resources.get(api_version="v1", kind="Node")
         for name in self._node_names:
             nodes.create(

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib.resources
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+
+import yaml
 
 from localcluster import cel_rules, openapi_schema
 from localcluster.errors import StatusCause
@@ -302,3 +305,18 @@ class CustomResourceDefinitions:
         if status != event.obj.get("status"):
             name = str(event.obj["metadata"]["name"])
             store.update(store.types[CRD_KEY], "", name, {"status": status}, status=True)
+
+
+def bundled_definitions() -> list[dict[str, Any]]:
+    """The CRDs the chart installs, read from `localcluster/manifests/`.
+
+    Those files are symlinks to `deploy/helm/gpu-dra-driver/crds/`, so a source checkout reads
+    the chart's own files and a wheel (setuptools copies a link's target) carries their
+    content: one copy of each definition, wherever the local cluster runs.
+    """
+    folder = importlib.resources.files("localcluster") / "manifests"
+    found: list[dict[str, Any]] = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            found.extend(d for d in yaml.safe_load_all(entry.read_text()) if d)
+    return found

@@ -129,6 +129,12 @@ class Store:
     # ---- reads -------------------------------------------------------------------------------
 
     @property
+    def lock(self) -> threading.Condition:
+        """The store's (reentrant) lock, for a caller whose reads and writes must be atomic
+        together (an eviction checks its budget and deletes under it)."""
+        return self._cond
+
+    @property
     def resource_version(self) -> int:
         with self._cond:
             return self._rv
