@@ -1,6 +1,7 @@
 """The whole local cluster in one object: API server, control-plane stand-ins, and per node a
 kubelet plugin process with fake GPUs and a node agent playing kubelet toward it. The plugins
 run MPS control daemons through the fake `nvidia-cuda-mps-control`, their default with fake GPUs.
+The chart's CRDs (GpuQueue) are installed at start-up, as `helm install` would.
 
 The plugin runs as a separate process (`python -m kubeletplugin.cli`), the way it runs on a real
 node: it has its own event loop, its own checkpoint and fake-GPU state files, and it can be

@@ -28,7 +28,9 @@ def _objects() -> list[dict[str, Any]]:
         "spec": {
             "spec": {
                 "devices": {
-                    "requests": [{"name": "req", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}]
+                    "requests": [
+                        {"name": "req", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}
+                    ]
                 }
             }
         },
