@@ -18,6 +18,8 @@ COPY dra_driver ./dra_driver
 COPY kubeletplugin ./kubeletplugin
 COPY controller ./controller
 COPY localcluster ./localcluster
+# localcluster/manifests links to the chart's CRDs, which the wheel must carry.
+COPY deploy/helm/gpu-dra-driver/crds ./deploy/helm/gpu-dra-driver/crds
 RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

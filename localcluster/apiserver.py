@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
+from localcluster.crds import CRD_KEY, CustomResourceDefinitions
 from localcluster.http import Server
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType, Validator
 from localcluster.storage import Store
@@ -52,7 +53,11 @@ class ApiServer:
         unknown = set(chosen) - {rt.key for rt in types}
         if unknown:
             raise ValueError(f"validators for unknown resources: {sorted(unknown)}")
+        # Serving CustomResourceDefinitions means serving what they define, as they change.
+        crds = CustomResourceDefinitions(frozenset(rt.key for rt in types))
+        types = [crds.resource_type(rt) if rt.key == CRD_KEY else rt for rt in types]
         self.store = Store(types, history=history)
+        crds.attach(self.store)
         namespaces = next((rt for rt in types if rt.key == "namespaces"), None)
         if namespaces is not None:
             # As in a real cluster; it also means no list ever reports resourceVersion "0",

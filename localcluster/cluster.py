@@ -1,6 +1,7 @@
 """The whole local cluster in one object: API server, control-plane stand-ins, and per node a
 kubelet plugin process with fake GPUs and a node agent playing kubelet toward it. The plugins
 run MPS control daemons through the fake `nvidia-cuda-mps-control`, their default with fake GPUs.
+The chart's CRDs (GpuQueue) are installed at start-up, as `helm install` would.
 
 The plugin runs as a separate process (`python -m kubeletplugin.cli`), the way it runs on a real
 node: it has its own event loop, its own checkpoint and fake-GPU state files, and it can be
@@ -31,6 +32,7 @@ from dra_driver.backends.fake.mps_control import terminate_daemons
 from localcluster.apiserver import ApiServer
 from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cli.local_cluster import DEFAULT_GPUS
+from localcluster.crds import bundled_definitions
 from localcluster.roles import claims_from_templates, scheduler
 from localcluster.roles.node_agent import NodeAgent
 
@@ -127,6 +129,8 @@ class LocalCluster:
         self.server.write_kubeconfig(self.kubeconfig)
         self.api = client.ApiClient(client.Configuration(host=self.server.url))
         self.dyn = dynamic.DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        # The chart's CRDs (GpuQueue), as `helm install` creates them before anything else.
+        self.apply(bundled_definitions())
         nodes = self.dyn.resources.get(api_version="v1", kind="Node")
         for name in self._node_names:
             nodes.create(

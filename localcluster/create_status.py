@@ -11,6 +11,9 @@ Facts (kubernetes `pkg/registry/...`):
 * `core/node/strategy.go`: "Nodes allow *all* fields, including status, to be set on create"
   (kubelet registers its node with status), so nodes keep it;
 * `resource/resourceclaim/strategy.go`: status reset to an empty `ResourceClaimStatus`;
+* `policy/poddisruptionbudget/strategy.go`: status reset to an empty status, whose four
+  counters are not omitted when zero (the official client refuses a status without them);
+* apiextensions' CRD strategy: status reset (the naming controller fills it in, `crds.py`);
 * custom resources with a status subresource: status dropped.
 Kinds without a status subresource store `status` like any other field.
 """
@@ -69,4 +72,11 @@ def status_on_create(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]
         return {"phase": "Active"}
     if rt.key == "resourceclaims.resource.k8s.io":
         return {}  # an empty ResourceClaimStatus, which serialises as `{}`
+    if rt.key == "poddisruptionbudgets.policy":
+        return {
+            "disruptionsAllowed": 0,
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "expectedPods": 0,
+        }
     return None

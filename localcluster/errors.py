@@ -8,9 +8,28 @@ real API server sends.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+#: (field path, message): the common case, reported with reason `FieldValueInvalid`.
 Cause = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class StatusCause:
+    """One entry of `details.causes` when the reason is not `FieldValueInvalid` (schema errors
+    say `FieldValueRequired`, `FieldValueNotSupported`...; an eviction says `DisruptionBudget`
+    and names no field)."""
+
+    message: str
+    field: str = ""
+    reason: str = "FieldValueInvalid"
+
+
+def _cause(cause: Cause | StatusCause) -> StatusCause:
+    if isinstance(cause, StatusCause):
+        return cause
+    return StatusCause(cause[1], cause[0])
 
 
 class ApiError(Exception):
@@ -25,7 +44,7 @@ class ApiError(Exception):
         name: str = "",
         kind: str = "",
         group: str = "",
-        causes: Sequence[Cause] = (),
+        causes: Sequence[Cause | StatusCause] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -34,7 +53,7 @@ class ApiError(Exception):
         self.name = name
         self.kind = kind
         self.group = group
-        self.causes = list(causes)
+        self.causes = [_cause(c) for c in causes]
 
     def status(self) -> dict[str, Any]:
         """The `Status` object a real API server would send for this failure."""
@@ -44,9 +63,10 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         }
+        if self.reason:  # empty for a few upstream answers (an eviction's 500)
+            body["reason"] = self.reason
         details: dict[str, Any] = {}
         if self.name:
             details["name"] = self.name
@@ -56,8 +76,12 @@ class ApiError(Exception):
             details["kind"] = self.kind
         if self.causes:
             details["causes"] = [
-                {"reason": "FieldValueInvalid", "field": field, "message": message}
-                for field, message in self.causes
+                {
+                    "reason": c.reason,
+                    **({"field": c.field} if c.field else {}),
+                    "message": c.message,
+                }
+                for c in self.causes
             ]
         if details:
             body["details"] = details
@@ -97,8 +121,8 @@ def conflict(plural: str, group: str, name: str, why: str) -> ApiError:
     )
 
 
-def invalid(plural: str, group: str, name: str, causes: Sequence[Cause]) -> ApiError:
-    listed = ", ".join(f"{field}: {message}" for field, message in causes)
+def invalid(plural: str, group: str, name: str, causes: Sequence[Cause | StatusCause]) -> ApiError:
+    listed = ", ".join(f"{c.field}: {c.message}" for c in map(_cause, causes))
     return ApiError(
         422,
         "Invalid",
@@ -108,6 +132,10 @@ def invalid(plural: str, group: str, name: str, causes: Sequence[Cause]) -> ApiE
         group=group,
         causes=causes,
     )
+
+
+def too_many_requests(message: str, causes: Sequence[StatusCause] = ()) -> ApiError:
+    return ApiError(429, "TooManyRequests", message, causes=causes)
 
 
 def bad_request(message: str) -> ApiError:

@@ -9,6 +9,7 @@ URL shapes served (core group under /api/v1, named groups under /apis/<group>/<v
   <prefix>/<plural>[/<name>[/status]]                      cluster-scoped resources
   <prefix>/<plural>                                        namespaced: list/watch all namespaces
   <prefix>/namespaces/<ns>/<plural>[/<name>[/status]]      namespaced resources
+  /api/v1/namespaces/<ns>/pods/<name>/eviction             POST only (`eviction.py`)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from localcluster import discovery, errors
 from localcluster.errors import ApiError
+from localcluster.eviction import Evictions
 from localcluster.resources import ResourceType
 from localcluster.selectors import parse_selectors
 from localcluster.storage import Store
@@ -55,9 +57,9 @@ class Server(ThreadingHTTPServer):
 
 
 def _find(store: Store, group: str, version: str, plural: str) -> ResourceType:
-    for rt in store.types.values():
-        if rt.group == group and rt.version == version and rt.plural == plural:
-            return rt
+    rt = store.find(group, version, plural)
+    if rt is not None:
+        return rt
     raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural})")
 
 
@@ -166,7 +168,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, parts: list[str], query: dict[str, str]) -> None:
         store = self.server.store
-        types = list(store.types.values())
+        types = list(store.served.values())
         doc: dict[str, Any] | None = None
         if parts == ["version"]:
             doc = dict(discovery.KUBERNETES_VERSION)
@@ -180,6 +182,20 @@ class Handler(BaseHTTPRequestHandler):
             doc = discovery.find_group(types, parts[1])
         elif len(parts) == 3 and parts[0] == "apis":
             doc = discovery.api_resource_list(types, parts[1], parts[2])
+        elif (
+            len(parts) == 7
+            and parts[:3] == ["api", "v1", "namespaces"]
+            and parts[4:]
+            == [
+                "pods",
+                parts[5],
+                "eviction",
+            ]
+        ):
+            if method != "POST":
+                raise errors.method_not_allowed(f"{method} is not supported on pods/eviction")
+            evicted = Evictions(store).evict(parts[3], parts[5], self._object_body())
+            return self._send_json(201, evicted)
         elif len(parts) > 2 and parts[0] == "api":
             return self._resource(method, resolve(store, ["", *parts[1:]]), query)
         elif len(parts) > 3 and parts[0] == "apis":

@@ -118,6 +118,12 @@ STRATEGIES: Mapping[str, Strategies] = {
     "deviceclasses.resource.k8s.io": _METADATA_ONLY,
     "resourceclaims.resource.k8s.io": _RESOURCE_CLAIM,
     "resourceclaimtemplates.resource.k8s.io": _RESOURCE_CLAIM_TEMPLATE,
+    # policy/v1 PodDisruptionBudgetStatus.conditions merge on `type`.
+    "poddisruptionbudgets.policy": {
+        **_under("metadata", _OBJECT_META),
+        "status.conditions": ListStrategy("type"),
+    },
+    "customresourcedefinitions.apiextensions.k8s.io": _METADATA_ONLY,
 }
 """Resource key (`ResourceType.key`) to its list strategies."""
 

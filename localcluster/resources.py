@@ -3,7 +3,9 @@
 Storage is generic (every object is a JSON dict); a resource type only says where it lives in
 the URL space, whether it is namespaced, whether it has a status subresource, and which
 optional validator runs before writes. Adding a kind means adding one entry here (or passing
-extra types to `ApiServer`), nothing else.
+extra types to `ApiServer`), nothing else. Custom resources get theirs from their
+CustomResourceDefinition at run time (`crds.py`), with an `admit` hook that prunes, defaults and
+validates against the CRD's schema.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from localcluster.errors import StatusCause
+
 #: Returns (field path, message) for each problem; an empty list accepts the object.
 Validator = Callable[[Mapping[str, Any]], Sequence[tuple[str, str]]]
+
+#: (new object, old object or None on create) -> (the object to store, problems). Runs before
+#: the validator on every write, status writes included; it may prune and default the object.
+Admit = Callable[
+    [dict[str, Any], Mapping[str, Any] | None],
+    tuple[dict[str, Any], Sequence[tuple[str, str] | StatusCause]],
+]
 
 _ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
@@ -30,6 +41,13 @@ class ResourceType:
     has_status: bool = False
     short_names: tuple[str, ...] = ()
     validator: Validator | None = field(default=None, compare=False)
+    admit: Admit | None = field(default=None, compare=False)
+    #: Overrides of the names derived from `kind` (CRDs declare their own).
+    singular: str = ""
+    list_kind_name: str = ""
+    categories: tuple[str, ...] = ()
+    #: Extra discovery entries for subresources served elsewhere (`pods/eviction`).
+    subresources: tuple[tuple[tuple[str, Any], ...], ...] = field(default=(), compare=False)
 
     @property
     def api_version(self) -> str:
@@ -42,7 +60,7 @@ class ResourceType:
 
     @property
     def list_kind(self) -> str:
-        return f"{self.kind}List"
+        return self.list_kind_name or f"{self.kind}List"
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -52,13 +70,15 @@ class ResourceType:
         """This resource's entries in an APIResourceList (the resource, then its status)."""
         main: dict[str, Any] = {
             "name": self.plural,
-            "singularName": self.kind.lower(),
+            "singularName": self.singular or self.kind.lower(),
             "namespaced": self.namespaced,
             "kind": self.kind,
             "verbs": list(self.verbs),
         }
         if self.short_names:
             main["shortNames"] = list(self.short_names)
+        if self.categories:
+            main["categories"] = list(self.categories)
         entries = [main]
         if self.has_status:
             entries.append(
@@ -70,20 +90,61 @@ class ResourceType:
                     "verbs": ["get", "patch", "update"],
                 }
             )
+        entries.extend({"namespaced": self.namespaced, **dict(sub)} for sub in self.subresources)
         return entries
 
 
 _RESOURCE = "resource.k8s.io"
 
+#: As kube-apiserver lists it: the Eviction kind lives in policy/v1, the URL under pods.
+_POD_EVICTION = (
+    ("name", "pods/eviction"),
+    ("singularName", ""),
+    ("group", "policy"),
+    ("version", "v1"),
+    ("kind", "Eviction"),
+    ("verbs", ["create"]),
+)
+
+#: Served by default; `crds.py` gives it the admission that checks CRDs and serves their kinds.
+CRD_RESOURCE = ResourceType(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    False,
+    has_status=True,
+    short_names=("crd", "crds"),
+)
+
 DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, has_status=True, short_names=("ns",)),
     ResourceType("", "v1", "nodes", "Node", False, has_status=True, short_names=("no",)),
-    ResourceType("", "v1", "pods", "Pod", True, has_status=True, short_names=("po",)),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        has_status=True,
+        short_names=("po",),
+        subresources=(_POD_EVICTION,),
+    ),
     ResourceType("", "v1", "events", "Event", True, short_names=("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        has_status=True,
+        short_names=("pdb",),
+    ),
     ResourceType(_RESOURCE, "v1", "resourceslices", "ResourceSlice", False),
     ResourceType(_RESOURCE, "v1", "deviceclasses", "DeviceClass", False),
     ResourceType(_RESOURCE, "v1", "resourceclaims", "ResourceClaim", True, has_status=True),
     ResourceType(_RESOURCE, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    CRD_RESOURCE,
 )

@@ -106,3 +106,26 @@ def parse_selectors(rt: ResourceType, labels: str | None, fields: str | None) ->
     label_pred = parse_label_selector(labels)
     field_pred = parse_field_selector(rt, fields)
     return lambda obj: label_pred(obj) and field_pred(obj)
+
+
+def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector (`matchLabels`, `matchExpressions`) against labels; an empty
+    selector matches everything (callers decide what a missing one means)."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or ()
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False  # upstream refuses such a selector; it selects nothing here
+    return True

@@ -13,6 +13,10 @@ Kubernetes semantics kept here, because clients depend on them:
   deletes the object);
 * owner-reference garbage collection (deleting an object deletes what it owns, by uid; deleting
   a namespace deletes what is in it).
+Resource types can be added and removed while serving (`register`, `unregister`): custom
+resources come and go with their CRDs. Both tables are replaced, never changed in place, so
+request threads may read them without the lock. Observers (`observe`) see every committed event
+under the lock; the CRD registry uses this to follow CRD writes.
 Simplifications: namespaces need not exist before objects are created in them; list
 `limit`/`continue` are not implemented.
 """
@@ -70,8 +74,15 @@ class Store:
     """Thread-safe storage for the configured resource types."""
 
     def __init__(self, resources: Iterable[ResourceType], history: int = 1000) -> None:
-        self.types: dict[str, ResourceType] = {rt.key: rt for rt in resources}
+        types = list(resources)
+        #: Resource key -> the type whose objects are stored under that key.
+        self.types: dict[str, ResourceType] = {rt.key: rt for rt in types}
+        #: (group, version, plural) -> type: every version served (CRDs may serve several).
+        self.served: dict[tuple[str, str, str], ResourceType] = {
+            (rt.group, rt.version, rt.plural): rt for rt in types
+        }
         self._objects: dict[str, dict[_Key, Obj]] = {key: {} for key in self.types}
+        self._observers: list[Callable[[Event], None]] = []
         self._rv = 0
         self._history: deque[Event] = deque()
         self._history_size = max(1, history)
@@ -79,7 +90,49 @@ class Store:
         self._cond = threading.Condition(threading.RLock())
         self._closed = False
 
+    # ---- the resource table ------------------------------------------------------------------
+
+    def find(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self.served.get((group, version, plural))
+
+    def register(self, served: Iterable[ResourceType]) -> None:
+        """Serve these versions of one resource (replacing what was served for its key); the
+        first is the storage version. Objects already stored under the key stay."""
+        versions = list(served)
+        if not versions:
+            return
+        key = versions[0].key
+        with self._cond:
+            kept = {k: rt for k, rt in self.served.items() if rt.key != key}
+            kept.update({(rt.group, rt.version, rt.plural): rt for rt in versions})
+            self._objects.setdefault(key, {})
+            self.types = {**self.types, key: versions[0]}
+            self.served = kept
+
+    def unregister(self, key: str) -> None:
+        """Stop serving a resource: its objects are deleted (DELETED events), then it goes."""
+        with self._cond:
+            rt = self.types.get(key)
+            if rt is None:
+                return
+            for obj_key, obj in sorted(self._objects.get(key, {}).items()):
+                self._remove(rt, obj_key, obj)
+            self.served = {k: t for k, t in self.served.items() if t.key != key}
+            self.types = {k: t for k, t in self.types.items() if k != key}
+            self._objects.pop(key, None)
+
+    def observe(self, observer: Callable[[Event], None]) -> None:
+        """Call `observer` with every committed event, under the store's lock."""
+        with self._cond:
+            self._observers.append(observer)
+
     # ---- reads -------------------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.Condition:
+        """The store's (reentrant) lock, for a caller whose reads and writes must be atomic
+        together (an eviction checks its budget and deletes under it)."""
+        return self._cond
 
     @property
     def resource_version(self) -> int:
@@ -174,7 +227,7 @@ class Store:
             obj.pop("status", None)
             if status is not None:
                 obj["status"] = status
-            self._validate(rt, obj)
+            obj = self._validate(rt, obj, None)
             return copy.deepcopy(self._commit(rt, (namespace, name), obj, None, "ADDED"))
 
     def update(
@@ -281,12 +334,18 @@ class Store:
                 return name
 
     @staticmethod
-    def _validate(rt: ResourceType, obj: Obj) -> None:
-        if rt.validator is None:
-            return
-        causes = list(rt.validator(obj))
-        if causes:
-            raise errors.invalid(rt.plural, rt.group, str(_meta(obj).get("name", "")), causes)
+    def _validate(rt: ResourceType, obj: Obj, old: Obj | None) -> Obj:
+        """The object to store after the type's admission (pruning, defaults) and validation."""
+        name = str(_meta(obj).get("name", ""))
+        if rt.admit is not None:
+            obj, admit_causes = rt.admit(obj, old)
+            if admit_causes:
+                raise errors.invalid(rt.plural, rt.group, name, admit_causes)
+        if rt.validator is not None:
+            causes = list(rt.validator(obj))
+            if causes:
+                raise errors.invalid(rt.plural, rt.group, name, causes)
+        return obj
 
     def _merged_for_update(
         self,
@@ -324,7 +383,16 @@ class Store:
                 new["status"] = copy.deepcopy(body["status"])
             else:
                 new.pop("status", None)
-            return new
+            if rt.admit is None:
+                return new
+            # Custom resources: the whole object is pruned and validated again (as upstream),
+            # but only status may come out different.
+            admitted = self._validate(rt, new, old)
+            kept = copy.deepcopy(old)
+            kept.pop("status", None)
+            if "status" in admitted:
+                kept["status"] = admitted["status"]
+            return kept
         new = self._with_type(rt, body)
         new_meta = new.setdefault("metadata", {})
         for key in ("name", "namespace", "uid", "creationTimestamp", "generation"):
@@ -338,9 +406,10 @@ class Store:
             new.pop("status", None)
             if "status" in old:
                 new["status"] = copy.deepcopy(old["status"])
+        new = self._validate(rt, new, old)
         if _spec_part(new) != _spec_part(old):
+            new_meta = new["metadata"]
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
-        self._validate(rt, new)
         return new
 
     def _commit_update(self, rt: ResourceType, key: _Key, old: Obj, new: Obj) -> Obj:
@@ -362,8 +431,11 @@ class Store:
             self._objects[rt.key][key] = obj
         if len(self._history) >= self._history_size:
             self._dropped_rv = self._history.popleft().rv
-        self._history.append(Event(self._rv, rt.key, kind, obj, old))
+        event = Event(self._rv, rt.key, kind, obj, old)
+        self._history.append(event)
         self._cond.notify_all()
+        for observer in self._observers:
+            observer(event)
         return obj
 
     def _delete(self, rt: ResourceType, key: _Key, obj: Obj) -> Obj:
@@ -388,8 +460,10 @@ class Store:
         uid = _meta(owner).get("uid")
         owner_ns = _meta(owner).get("namespace", "")
         is_namespace = rt.group == "" and rt.plural == "namespaces"
-        for other_key, objects in self._objects.items():
-            other = self.types[other_key]
+        for other_key, objects in list(self._objects.items()):
+            other = self.types.get(other_key)
+            if other is None:
+                continue  # unregistered by an earlier deletion in this pass
             for key, obj in sorted(objects.items()):
                 refs = _meta(obj).get("ownerReferences") or []
                 owned = any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs)

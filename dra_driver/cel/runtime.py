@@ -183,6 +183,19 @@ class Program:
             return Outcome(value=None, error=str(value))
         return Outcome(value=None, other_type=kind.name())
 
+    def value(self, activation: Any) -> Any:
+        """The result as a Python value, whatever its type (CRD rules' messageExpression is a
+        string); raises RuntimeError when evaluation fails."""
+        try:
+            result = self._expression.eval(activation)
+            value = result.value()
+            kind = result.type()
+        except Exception as failure:  # the runtime raises plain RuntimeError/TypeError
+            raise RuntimeError(str(failure)) from None
+        if kind == cel.Type.ERROR:
+            raise RuntimeError(str(value))
+        return value
+
 
 class Runtime:
     """A checker/evaluator pair for one set of variables and libraries."""

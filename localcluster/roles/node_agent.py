@@ -15,9 +15,12 @@ What kubelet does and this agent mirrors:
 * an error for any claim means the pod does not start and preparation is retried later;
 * unprepare happens when the pod is being deleted (or is gone), and only for what was
   prepared, which the agent remembers in memory as kubelet does in its claim cache;
+* a pod whose claims are prepared gets phase ``Running`` and ``Ready=True``, as kubelet
+  reports once containers run (PodDisruptionBudgets count only ready pods as healthy);
 * the pod object stays (a finalizer of ours, standing in for kubelet's hold on a terminating
   pod) until its resources are released; then the pod is dropped from the claims'
-  ``reservedFor`` as the upstream resourceclaim controller would.
+  ``reservedFor`` as the upstream resourceclaim controller would. An evicted pod goes the
+  same way: eviction is a delete.
 
 What it does not: containers, the 45 s per-call deadline is configurable rather than fixed,
 the claim cache is not checkpointed (a restarted agent prepares running pods again, which is
@@ -430,10 +433,21 @@ class NodeAgent:
             "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         old = (pod.get("status") or {}).get("conditions") or []
-        same = next((c for c in old if c.get("type") == PREPARED_CONDITION), None)
-        if same is not None and same.get("status") == status:
-            condition["lastTransitionTime"] = same.get("lastTransitionTime")
-        conditions = [c for c in old if c.get("type") != PREPARED_CONDITION] + [condition]
+        wanted = [condition]
+        if phase == "Running":
+            # What kubelet reports once the containers run: PodDisruptionBudgets count such
+            # pods as healthy.
+            wanted.append(
+                {**condition, "type": "Ready", "status": "True", "reason": "", "message": ""}
+            )
+        for one in wanted:
+            same = next((c for c in old if c.get("type") == one["type"]), None)
+            if same is not None and same.get("status") == one["status"]:
+                one["lastTransitionTime"] = same.get("lastTransitionTime")
+            if not one.get("reason"):
+                one.pop("reason"), one.pop("message")
+        types = {c["type"] for c in wanted}
+        conditions = [c for c in old if c.get("type") not in types] + wanted
         body: Obj = {"status": {"conditions": conditions}}
         if phase is not None:
             body["status"]["phase"] = phase

@@ -207,3 +207,60 @@ def test_admission_policy_is_bound_to_the_plugin_service_account() -> None:
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rules[0]["resources"] == ["resourceslices"]
     assert set(rules[0]["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+
+
+GPUQUEUE_CRD = CHART / "crds" / "gpuqueues.gpu.dra-driver.dev.yaml"
+
+
+def _gpuqueue_crd() -> dict[str, Any]:
+    (crd,) = [d for d in yaml.safe_load_all(GPUQUEUE_CRD.read_text()) if d]
+    assert isinstance(crd, dict)
+    return crd
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_the_gpuqueue_crd_validates_strictly(kube_version: str) -> None:
+    kubernetes_validate.validate(_gpuqueue_crd(), kube_version, strict=True)
+
+
+def test_the_gpuqueue_crd_is_structural_and_its_rules_compile() -> None:
+    from localcluster.crds import validate_crd
+
+    crd = _gpuqueue_crd()
+    assert validate_crd(crd, frozenset()) == []
+    spec = crd["spec"]
+    assert (spec["group"], spec["scope"], spec["names"]["shortNames"]) == (
+        "gpu.dra-driver.dev",
+        "Cluster",
+        ["gq"],
+    )
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Parent",
+        "Guaranteed GPU",
+        "Limit GPU",
+        "Used GPU",
+        "Borrowed GPU",
+        "Pending",
+        "Age",
+    ]
+
+
+def test_the_local_cluster_installs_the_charts_crd_file() -> None:
+    from localcluster.crds import bundled_definitions
+
+    assert bundled_definitions() == [_gpuqueue_crd()]
+
+
+def test_the_controller_may_read_queues_and_evict() -> None:
+    from tests.deploy.api_calls import Permission, granted_permissions
+
+    granted = granted_permissions(render("defaults"), "dra-gpu-dra-driver-controller")
+    wanted = {
+        Permission("gpu.dra-driver.dev", "gpuqueues", "watch"),
+        Permission("gpu.dra-driver.dev", "gpuqueues/status", "update"),
+        Permission("", "pods/eviction", "create"),
+        Permission("policy", "poddisruptionbudgets", "list"),
+    }
+    assert wanted <= granted

@@ -1,0 +1,123 @@
+"""The chart's GpuQueue CRD, installed as the local cluster installs it: good queues are
+stored with their defaults, bad ones are refused with the field at fault."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from localcluster.crds import bundled_definitions
+
+GROUP, VERSION, PLURAL = "gpu.dra-driver.dev", "v1alpha1", "gpuqueues"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def installed(api_client: client.ApiClient) -> Iterator[None]:
+    ext = client.ApiextensionsV1Api(api_client)
+    (crd,) = bundled_definitions()
+    ext.create_custom_resource_definition(crd)
+    yield
+    ext.delete_custom_resource_definition(crd["metadata"]["name"])
+
+
+def queue(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GpuQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def causes(custom: client.CustomObjectsApi, body: dict[str, Any]) -> list[tuple[str, str]]:
+    with pytest.raises(ApiException) as caught:
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    assert caught.value.status == 422, caught.value.body
+    found = json.loads(caught.value.body)["details"]["causes"]
+    return [(c.get("field", ""), c["message"]) for c in found]
+
+
+def test_the_short_name_and_status_are_served(custom: client.CustomObjectsApi) -> None:
+    resources = custom.get_api_resources(GROUP, VERSION).resources
+    assert [(r.name, r.short_names) for r in resources] == [
+        ("gpuqueues", ["gq"]),
+        ("gpuqueues/status", None),
+    ]
+
+
+def test_a_good_queue_gets_its_defaults(custom: client.CustomObjectsApi) -> None:
+    created = custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        PLURAL,
+        queue(
+            "team-a",
+            namespaces=["ml", "ml-dev"],
+            parent="root",
+            guaranteed={"gpu": 4, "memory": "320Gi"},
+            limit={"gpu": "8"},
+            surprise=True,
+        ),
+    )
+    assert created["spec"] == {
+        "namespaces": ["ml", "ml-dev"],
+        "parent": "root",
+        "guaranteed": {"gpu": 4, "memory": "320Gi"},
+        "limit": {"gpu": "8"},
+        "weight": 1,
+        "reclaim": "Borrowed",
+    }
+    status = {
+        "used": {"gpu": "2"},
+        "pending": 1,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Admitted",
+                "message": "",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }
+        ],
+    }
+    written = custom.patch_cluster_custom_object_status(
+        GROUP, VERSION, PLURAL, "team-a", {"status": status}
+    )
+    assert written["status"] == status
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        ({"weight": "high"}, "spec.weight", "must be of type integer"),
+        ({"weight": 0}, "spec.weight", "greater than or equal to 1"),
+        ({"reclaim": "Always"}, "spec.reclaim", 'supported values: "Borrowed", "Never"'),
+        ({"namespaces": ["a", "a"]}, "spec.namespaces[1]", 'Duplicate value: "a"'),
+        ({"namespaces": ["Bad_Name"]}, "spec.namespaces[0]", "should match"),
+        ({"parent": "-x"}, "spec.parent", "should match"),
+        ({"guaranteed": {"gpu": "four"}}, "spec.guaranteed.gpu", "should match"),
+        ({"guaranteed": {"gpu": "-1"}}, "spec.guaranteed", "quantities must not be negative"),
+        ({"limit": {"gpus": 1}}, "spec.limit", "only gpu and memory may be set"),
+        (
+            {"guaranteed": {"gpu": "8"}, "limit": {"gpu": 4}},
+            "spec.limit.gpu",
+            "limit.gpu must not be less than guaranteed.gpu",
+        ),
+    ],
+)
+def test_bad_queues_are_refused(
+    custom: client.CustomObjectsApi, spec: dict[str, Any], field: str, message: str
+) -> None:
+    (cause,) = causes(custom, queue("bad", **spec))
+    assert cause[0] == field and message in cause[1], cause
+
+
+def test_a_queue_cannot_be_its_own_parent(custom: client.CustomObjectsApi) -> None:
+    assert causes(custom, queue("loop", parent="loop")) == [
+        ("", 'Invalid value: "object": a queue cannot be its own parent')
+    ]

@@ -1,0 +1,109 @@
+"""Evicting a running pod of the local cluster: its PodDisruptionBudget is honoured, and an
+allowed eviction ends as kubelet ends a deleted pod (claims unprepared, reservations dropped,
+the pod gone). Also: the chart's GpuQueue CRD is served from the start."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.deviceclasses import device_classes
+from localcluster.cluster import LocalCluster
+
+DRIVER = DEFAULT_DRIVER_NAME
+
+
+def _objects() -> list[dict[str, Any]]:
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "req", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}
+                    ]
+                }
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "default", "labels": {"app": "train"}},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "d"}]}}
+            ],
+            "resourceClaims": [{"name": "d", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
+    return [*device_classes(DRIVER), template, pod]
+
+
+async def _eventually(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_an_evicted_pod_is_unprepared_and_goes() -> None:
+    async with LocalCluster(nodes=1, gpus="H100-SXM5-80GB:2", controllers=0) as cluster:
+        await cluster.wait_registered()
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        policy = client.PolicyV1Api(cluster.api)
+        objects = client.CustomObjectsApi(cluster.api)
+        assert objects.list_cluster_custom_object("gpu.dra-driver.dev", "v1alpha1", "gpuqueues")
+        cluster.apply(_objects())
+        agent = cluster.nodes[0].agent
+
+        def running() -> bool:
+            status = core.read_namespaced_pod("trainer", "default").status
+            ready = [c.status for c in status.conditions or () if c.type == "Ready"]
+            return status.phase == "Running" and ready == ["True"]
+
+        await _eventually(running, "the pod to run and be ready")
+        assert "default/trainer" in agent.prepared
+
+        policy.create_namespaced_pod_disruption_budget(
+            "default",
+            {
+                "metadata": {"name": "train"},
+                "spec": {"selector": {"matchLabels": {"app": "train"}}, "minAvailable": 1},
+            },
+        )
+        eviction = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name="trainer", namespace="default")
+        )
+        with pytest.raises(ApiException) as caught:
+            core.create_namespaced_pod_eviction("trainer", "default", eviction)
+        assert caught.value.status == 429
+        policy.delete_namespaced_pod_disruption_budget("train", "default")
+
+        core.create_namespaced_pod_eviction("trainer", "default", eviction)
+
+        def gone() -> bool:
+            try:
+                core.read_namespaced_pod("trainer", "default")
+            except ApiException as err:
+                return err.status == 404
+            return False
+
+        await _eventually(gone, "the evicted pod to go")
+        assert "default/trainer" not in agent.prepared
+        claims: Any = objects.list_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims"
+        )
+        for claim in claims["items"]:
+            assert not (claim.get("status") or {}).get("reservedFor")
