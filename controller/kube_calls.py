@@ -19,15 +19,17 @@ from typing import Any, Final, cast
 from kubernetes import client
 
 from controller.informer import ListCall, Obj
-from dra_driver.queues import GROUP as QUEUE_GROUP
-from dra_driver.queues import PLURAL as QUEUES
-from dra_driver.queues import VERSION as QUEUE_VERSION
 
 GROUP: Final = "resource.k8s.io"
 VERSION: Final = "v1"
 CLAIMS: Final = "resourceclaims"
 SLICES: Final = "resourceslices"
 CLASSES: Final = "deviceclasses"
+# Spelled out, not imported from dra_driver.queues: the chart's RBAC test reads these calls'
+# arguments from this file (a test checks the two spellings agree).
+QUEUE_GROUP: Final = "gpu.dra-driver.dev"
+QUEUE_VERSION: Final = "v1alpha1"
+QUEUES: Final = "gpuqueues"
 MERGE: Final = "application/merge-patch+json"
 STRATEGIC: Final = "application/strategic-merge-patch+json"
 #: The API server refuses longer Event messages.

@@ -31,7 +31,13 @@ def queue_status(
     name: str, ledger: Ledger, pending: Mapping[str, int], problem: str | None
 ) -> dict[str, Any]:
     if problem is not None:
-        return {"conditions": [_condition(False, "InvalidSpec", problem)]}
+        # Nulls remove the figures of a time it was valid: a merge patch keeps what it omits.
+        return {
+            "used": None,
+            "borrowed": None,
+            "pending": None,
+            "conditions": [_condition(False, "InvalidSpec", problem)],
+        }
     used = ledger.used(name)
     borrowed = ledger.borrowed(name)
     return {

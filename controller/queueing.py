@@ -251,10 +251,6 @@ class QueueKeeper:
                 log.info("hold released", pod=f"{key[0]}/{key[1]}", node=hold.node)
                 del self.holds[key]
 
-    def waiting_on_victims(self, pod: Key) -> bool:
-        hold = self.holds.get(pod)
-        return hold is not None and any(v in self.view.pods for v in hold.victims)
-
 
 @dataclass(slots=True)
 class QueuePass:
@@ -353,9 +349,12 @@ class QueuePass:
                 f"{outcome.reason}; {standing} but its reclaim policy is {spec.reclaim}: "
                 "waiting for devices to be freed"
             )
-        if self.keeper.waiting_on_victims(key_of(pod)):
-            hold = self.keeper.holds[key_of(pod)]
-            return f"{standing}: waiting for {len(hold.victims)} evicted pod(s) on node {hold.node}"
+        hold = self.keeper.holds.get(key_of(pod))
+        if hold is not None:  # reclaimed already: wait for what it frees, until the hold ends
+            return (
+                f"{standing}: waiting for the devices of {len(hold.victims)} evicted pod(s) "
+                f"on node {hold.node}"
+            )
         chosen = self._victims(pod, queue)
         if chosen is None:
             return f"{outcome.reason}; {standing} but no pod on borrowed capacity would make room"

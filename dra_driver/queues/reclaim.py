@@ -1,8 +1,9 @@
 """Choosing which pods to evict so that a queue short of its guarantee gets a waiting pod placed.
 
-Only pods on *borrowed* capacity may go: within each queue the pods are ranked as they would
-have been admitted (higher priority first, then older), and those that fit inside the queue's
-guarantee in that order are protected; the rest are borrowed. A gang goes whole or not at all, so
+Only pods on *borrowed* capacity may go: the pods under each lending queue (see `lender`: the
+queue itself among flat queues, the whole organisation when the requester is outside it) are
+ranked as they would have been admitted (higher priority first, then older), and those that fit
+inside that queue's guarantee in that order are protected; the rest are borrowed. A gang goes whole or not at all, so
 it is a candidate only when every member is borrowed.
 
 The caller knows the devices; this module only asks it, node by node, whether freeing a set of
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from dra_driver.queues.fairness import Ledger
 from dra_driver.queues.spec import ZERO, Amounts
+from dra_driver.queues.tree import QueueTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +66,33 @@ Fits = Callable[[str, Sequence[Running]], bool]
 """(node, pods freed) → whether the waiting pod would fit on that node then."""
 
 
+def lender(tree: QueueTree, queue: str, requester: str) -> str:
+    """The queue whose guarantee says whether `queue`'s pods are borrowed, as seen by
+    `requester`: the highest ancestor of `queue` that is not also the requester's. Between two
+    teams of one organisation that is the team; between two organisations, the organisation,
+    so a team beyond its own guarantee but inside its organisation's lends nothing to others."""
+    theirs = set(tree.path(requester)) if requester in tree.queues else set()
+    return next((q for q in tree.path(queue) if q not in theirs), queue)
+
+
 def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -> list[Unit]:
     """Units that hold only borrowed capacity, of queues other than `requester`."""
-    by_queue: dict[str, list[Running]] = {}
+    by_lender: dict[str, list[Running]] = {}
+    everyone: dict[tuple[str, str], Running] = {}
     for pod in running:
-        by_queue.setdefault(pod.queue, []).append(pod)
+        everyone[pod.key] = pod
+        if pod.queue in ledger.tree.queues:
+            by_lender.setdefault(lender(ledger.tree, pod.queue, requester), []).append(pod)
     protected: set[tuple[str, str]] = set()
     borrowed: list[Running] = []
-    for queue, pods in by_queue.items():
-        spec = ledger.tree.queues.get(queue)
+    for name, pods in by_lender.items():
+        guaranteed = ledger.tree.queues[name].guaranteed
         held = ZERO
         for pod in sorted(pods, key=lambda p: (-p.priority, p.created, p.key)):
             held = held + pod.amounts
-            if spec is not None and spec.guaranteed.covers(held):
+            if guaranteed.covers(held):
                 protected.add(pod.key)
-            elif queue != requester:
+            elif pod.queue != requester:
                 borrowed.append(pod)
     gangs: dict[str, list[Running]] = {}
     units: list[Unit] = []
@@ -87,7 +101,6 @@ def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -
             units.append(Unit((pod,)))
         else:
             gangs.setdefault(pod.gang, []).append(pod)
-    everyone = {p.key: p for pods in by_queue.values() for p in pods}
     for gang in gangs:
         members = [p for p in everyone.values() if p.gang == gang]
         if all(m.key not in protected and m.queue != requester for m in members):

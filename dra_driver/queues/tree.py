@@ -72,6 +72,12 @@ class QueueTree:
                 self._by_namespace[namespace] = spec.name
         for name in self.problems:
             self.queues.pop(name, None)
+        # Children of a queue dropped for its namespaces have lost their parent.
+        others = {n: q for n, q in self.queues.items() if n != self.default}
+        _drop_unrooted(others, self.problems)
+        for name in self.problems:
+            self.queues.pop(name, None)
+        self._by_namespace = {n: q for n, q in self._by_namespace.items() if q in self.queues}
 
     def queue_for(self, namespace: str) -> str:
         return self._by_namespace.get(namespace, self.default)

@@ -251,16 +251,3 @@ def test_the_local_cluster_installs_the_charts_crd_file() -> None:
     from localcluster.crds import bundled_definitions
 
     assert bundled_definitions() == [_gpuqueue_crd()]
-
-
-def test_the_controller_may_read_queues_and_evict() -> None:
-    from tests.deploy.api_calls import Permission, granted_permissions
-
-    granted = granted_permissions(render("defaults"), "dra-gpu-dra-driver-controller")
-    wanted = {
-        Permission("gpu.dra-driver.dev", "gpuqueues", "watch"),
-        Permission("gpu.dra-driver.dev", "gpuqueues/status", "update"),
-        Permission("", "pods/eviction", "create"),
-        Permission("policy", "poddisruptionbudgets", "list"),
-    }
-    assert wanted <= granted

@@ -58,26 +58,11 @@ OPTIONAL: dict[str, tuple[str, frozenset[Permission]]] = {
 }
 
 
-#: Granted ahead of the code: the GPU queue controller's calls. Once its code makes them, the
-#: scanner finds them too and this set changes nothing; it only keeps the grants required.
-QUEUES = "gpu.dra-driver.dev"
-AHEAD: dict[str, frozenset[Permission]] = {
-    "controller": frozenset(
-        {
-            *(Permission(QUEUES, "gpuqueues", v) for v in ("get", "list", "watch")),
-            *(Permission(QUEUES, "gpuqueues/status", v) for v in ("get", "update", "patch")),
-            Permission("", "pods/eviction", "create"),
-            *(Permission("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch")),
-        }
-    ),
-}
-
-
 def expected(component: str, value_set: str = "defaults") -> set[Permission]:
     needed = set(needed_permissions(component))
     if component in OPTIONAL and value_set == "defaults":
         needed -= OPTIONAL[component][1]
-    return needed | implied(needed) | AHEAD.get(component, frozenset())
+    return needed | implied(needed)
 
 
 @pytest.mark.parametrize("component", sorted(SERVICE_ACCOUNTS))

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from localcluster.crds import install_chart_crds
 
 from controller.daemon import ControllerDaemon
 from dra_driver.queues import GROUP as QGROUP
 from dra_driver.queues import PLURAL as QPLURAL
 from dra_driver.queues import VERSION as QVERSION
 from localcluster.apiserver import ApiServer
+from localcluster.crds import bundled_definitions
 from tests.integration.allocation.harness import (
     DRIVER,
     GATE,
@@ -39,7 +39,10 @@ def server() -> Iterator[ApiServer]:
 @pytest.fixture
 def api(server: ApiServer) -> Iterator[client.ApiClient]:
     with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        install_chart_crds(api_client)
+        for crd in bundled_definitions():  # the chart's GpuQueue CRD, as the chart installs it
+            client.CustomObjectsApi(api_client).create_cluster_custom_object(
+                "apiextensions.k8s.io", "v1", "customresourcedefinitions", crd
+            )
         yield api_client
 
 
@@ -140,6 +143,23 @@ async def passes(daemon: ControllerDaemon, count: int = 1) -> None:
             await daemon.reconciler.run_pass()
 
 
+async def queue_status(
+    daemon: ControllerDaemon, api: client.ApiClient, name: str, check: Any
+) -> dict[str, Any]:
+    """The queue's status once `check` holds: status writes wait out their interval, so
+    passes run until it is written."""
+    deadline = time.monotonic() + 10
+    while True:
+        status = get_queue(api, name).get("status") or {}
+        if check(status):
+            return dict(status)
+        assert time.monotonic() < deadline, f"queue {name} status is {status}"
+        due = daemon.reconciler.queue_status.due
+        if due is not None:
+            await eventually(lambda d=due: time.monotonic() >= d, what="the status interval")
+        await daemon.reconciler.run_pass()
+
+
 async def known(daemon: ControllerDaemon, *pods: tuple[str, str]) -> None:
     await eventually(lambda: all(p in daemon.view.pods for p in pods), what="pods in view")
 
@@ -206,8 +226,7 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         assert not gated(cluster, "qb", "b1")
         assert allocated_device(cluster, "qb", "b1") == freed
         assert gated(cluster, "qa", "a3")
-        status = get_queue(api, "b")["status"]
-        assert status["used"]["gpu"] == "1"
+        await queue_status(daemon, api, "b", lambda s: s.get("used", {}).get("gpu") == "1")
     finally:
         daemon.stop_watches()
 
@@ -263,7 +282,7 @@ async def test_pods_within_the_guarantee_are_never_evicted(
 async def test_a_queue_below_its_guarantee_goes_first_and_limits_hold(
     server: ApiServer, api: client.ApiClient
 ) -> None:
-    cluster = make_cluster(server, api, "H100-SXM5-80GB:3")
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:4")
     queue(api, "a", namespaces=["qa"], limit={"gpu": "2"})
     queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
     # Queue a's pods come first in time, but b is below its guarantee: b1 is decided first.
@@ -279,8 +298,7 @@ async def test_a_queue_below_its_guarantee_goes_first_and_limits_hold(
         assert gated(cluster, "qa", "a3")
         found = condition(cluster, "qa", "a3", f"{DRIVER}/DevicesAllocated")
         assert found is not None and "would pass its gpu limit" in found["message"]
-        status = get_queue(api, "a")["status"]
-        assert status["used"]["gpu"] == "2"
+        status = await queue_status(daemon, api, "a", lambda s: s.get("used", {}).get("gpu") == "2")
         assert status["borrowed"]["gpu"] == "2"
         assert status["pending"] == 1
     finally:
@@ -298,9 +316,20 @@ async def test_a_bad_queue_is_reported_and_ignored(
         await known(daemon, ("qa", "a1"))
         await passes(daemon)
         assert not gated(cluster, "qa", "a1")  # served by the default queue
-        conditions = get_queue(api, "orphan")["status"]["conditions"]
+        status = await queue_status(daemon, api, "orphan", lambda s: bool(s.get("conditions")))
+        conditions = status["conditions"]
         valid = next(c for c in conditions if c["type"] == "Valid")
         assert valid["status"] == "False"
         assert "spec.parent" in valid["message"] and "missing does not exist" in valid["message"]
     finally:
         daemon.stop_watches()
+
+
+def test_the_controller_calls_the_queue_resource_the_crd_defines() -> None:
+    from controller import kube_calls
+
+    assert (kube_calls.QUEUE_GROUP, kube_calls.QUEUE_VERSION, kube_calls.QUEUES) == (
+        QGROUP,
+        QVERSION,
+        QPLURAL,
+    )

@@ -1,0 +1,320 @@
+"""Queues under load: borrowing, fair order and reclaim on 100 nodes x 8 H100.
+
+    .venv/bin/python -m tests.bench.bench_queues                  # 100 nodes, 4 queues
+    .venv/bin/python -m tests.bench.bench_queues --nodes 20       # smaller, quicker
+
+Four queues (namespaces q0..q3) are each guaranteed a quarter of the GPUs. Three of them arrive
+at once with more pods than the cluster holds (a burst of `--overload` times the capacity, in
+GPU-equivalents: one-GPU pods, two-GPU pods and 3g.40gb MIG slices), so they borrow q3's
+share. Then q3 arrives with pods for its whole guarantee and must get it back by reclaim.
+
+Reported: the controller's pods/s for the burst, with queues and (same workload, no GpuQueue
+objects) without; GPU utilisation while demand exceeds capacity (allocated GPU-equivalents over
+capacity, sampled from the controller's queue gauges); for the starved queue the time from its
+arrival until it holds its guarantee, and its pods' latency p50/p99; evictions.
+
+The API server and the controller run as processes (as in bench_controller); this process plays
+the resourceclaim controller: when a pod is gone, it deletes the pod's claim, which the
+controller then releases (no kubelet runs here, so evicted pods go at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.queues import GROUP as QGROUP
+from dra_driver.queues import PLURAL as QPLURAL
+from dra_driver.queues import VERSION as QVERSION
+from localcluster.crds import bundled_definitions
+from tests.bench.bench_controller import (
+    cpu_seconds,
+    free_port,
+    peak_rss_mib,
+    publish,
+    start_apiserver,
+    wait_ready,
+)
+
+DRIVER = DEFAULT_DRIVER_NAME
+GATE = f"{DRIVER}/allocation"
+GROUP, VERSION = "resource.k8s.io", "v1"
+QUEUES = 4
+#: (GPU-equivalents, share of pods): whole GPU, two GPUs, a 3g.40gb slice (4 of 8 slices).
+SHAPES = ((1.0, 0.6), (2.0, 0.2), (0.5, 0.2))
+
+
+def claim_body(namespace: str, name: str, gpus: float) -> dict[str, Any]:
+    if gpus == 0.5:
+        request: dict[str, Any] = {
+            "deviceClassName": "mig.dra-driver.dev",
+            "selectors": [
+                {"cel": {"expression": f'device.attributes["{DRIVER}"].profile == "3g.40gb"'}}
+            ],
+        }
+    else:
+        request = {"deviceClassName": "gpu.dra-driver.dev", "count": int(gpus)}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "req", "exactly": request}]}},
+    }
+
+
+def pod_body(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+        },
+    }
+
+
+def workload(capacity: int, overload: float, seed: int) -> list[tuple[str, str, float]]:
+    """(namespace, name, GPU-equivalents) of the burst: q0..q2 in turns, `overload` x capacity."""
+    rng = random.Random(seed)
+    weights = [w for _, w in SHAPES]
+    pods: list[tuple[str, str, float]] = []
+    asked = 0.0
+    index = 0
+    while asked < overload * capacity:
+        gpus = rng.choices([g for g, _ in SHAPES], weights)[0]
+        namespace = f"q{index % (QUEUES - 1)}"
+        pods.append((namespace, f"p{index}", gpus))
+        asked += gpus
+        index += 1
+    return pods
+
+
+class Cluster:
+    """Watches pods: when gates come off, and plays the claim controller for deleted pods."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.lifted: dict[tuple[str, str], float] = {}
+        self.deleted: set[tuple[str, str]] = set()
+        self._core = client.CoreV1Api(api)
+        self._objects = client.CustomObjectsApi(api)
+        self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._watch.stop()  # type: ignore[no-untyped-call]
+
+    def _run(self) -> None:
+        stream = self._watch.stream(  # type: ignore[no-untyped-call]
+            self._core.list_pod_for_all_namespaces, _preload_content=False
+        )
+        for event in stream:
+            raw = event.get("raw_object") or event.get("object")
+            if not isinstance(raw, dict):
+                continue
+            key = (raw["metadata"]["namespace"], raw["metadata"]["name"])
+            if event["type"] == "DELETED":
+                with self._lock:
+                    self.deleted.add(key)
+                try:
+                    self._objects.delete_namespaced_custom_object(
+                        GROUP, VERSION, key[0], "resourceclaims", key[1]
+                    )
+                except client.ApiException as err:
+                    if err.status != 404:
+                        raise
+                continue
+            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+            if not any(g.get("name") == GATE for g in gates):
+                with self._lock:
+                    self.lifted.setdefault(key, time.perf_counter())
+
+    def lifted_in(self, namespace: str) -> dict[str, float]:
+        with self._lock:
+            return {n: t for (ns, n), t in self.lifted.items() if ns == namespace}
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The controller's queue gauges: `used{queue,gpu}` and evictions, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r'dra_controller_queue_used\{queue="([^"]+)",resource="gpu"\} (\S+)', line)
+        if match:
+            found[f"used:{match[1]}"] = float(match[2])
+        match = re.match(r"dra_controller_queue_evictions_total\{[^}]*\} (\S+)", line)
+        if match:
+            found["evictions"] = found.get("evictions", 0.0) + float(match[1])
+    return found
+
+
+def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-queues-"))
+    apiserver, kubeconfig = start_apiserver(workdir)
+    controller: subprocess.Popen[bytes] | None = None
+    cluster: Cluster | None = None
+    try:
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        core = client.CoreV1Api(api)
+        objects = client.CustomObjectsApi(api)
+        for crd in bundled_definitions():
+            objects.create_cluster_custom_object(
+                "apiextensions.k8s.io", "v1", "customresourcedefinitions", crd
+            )
+        publish(api, nodes)
+        capacity = nodes * 8
+        share = capacity // QUEUES
+        for index in range(QUEUES):
+            core.create_namespace({"metadata": {"name": f"q{index}"}})
+            if queues:
+                body = {
+                    "apiVersion": f"{QGROUP}/{QVERSION}",
+                    "kind": "GpuQueue",
+                    "metadata": {"name": f"q{index}"},
+                    "spec": {"namespaces": [f"q{index}"], "guaranteed": {"gpu": str(share)}},
+                }
+                objects.create_cluster_custom_object(QGROUP, QVERSION, QPLURAL, body)
+        burst = workload(capacity, overload, seed)
+        starved = [(f"q{QUEUES - 1}", f"s{i}", 1.0) for i in range(share)]
+        for namespace, name, gpus in [*burst, *starved]:
+            objects.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "resourceclaims", claim_body(namespace, name, gpus)
+            )
+        health, metrics = free_port(), free_port()
+        controller = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "controller.cli",
+                f"--kubeconfig={kubeconfig}",
+                "--no-leader-elect",
+                f"--healthcheck-port={health}",
+                f"--metrics-port={metrics}",
+                "--log-format=json",
+                "--log-level=" + os.environ.get("BENCH_CONTROLLER_LOG_LEVEL", "warning"),
+            ],
+            stderr=(workdir / "controller.log").open("wb"),
+        )
+        wait_ready(health, controller)
+        cluster = Cluster(api)
+        cluster.start()
+        cpu_before = cpu_seconds(controller.pid)
+        first = time.perf_counter()
+        for namespace, name, _ in burst:
+            core.create_namespaced_pod(namespace, pod_body(namespace, name), _preload_content=False)
+        # The burst is over once nothing more is placed for a while.
+        samples: list[float] = []
+        placed, still = 0, time.perf_counter()
+        while time.perf_counter() - still < 3.0:
+            time.sleep(0.25)  # sampling another process's gauges
+            used = scrape(metrics)
+            samples.append(sum(v for k, v in used.items() if k.startswith("used:")) / capacity)
+            count = len(cluster.lifted)
+            if count != placed:
+                placed, still = count, time.perf_counter()
+        burst_times = sorted(cluster.lifted.values())
+        burst_s = burst_times[-1] - first if burst_times else float("nan")
+        cpu_burst = cpu_seconds(controller.pid) - cpu_before
+        arrived = time.perf_counter()
+        for namespace, name, _ in starved:
+            core.create_namespaced_pod(namespace, pod_body(namespace, name), _preload_content=False)
+        deadline = arrived + 300
+        starved_ns = f"q{QUEUES - 1}"
+        reached: float | None = None
+        while time.perf_counter() < deadline:
+            time.sleep(0.25)  # sampling another process's gauges
+            used = scrape(metrics)
+            samples.append(sum(v for k, v in used.items() if k.startswith("used:")) / capacity)
+            if len(cluster.lifted_in(starved_ns)) >= share:
+                reached = time.perf_counter() - arrived
+                break
+            if not queues and time.perf_counter() - arrived > 10:
+                break  # without queues nobody reclaims: it never gets there
+        latencies = sorted(t - arrived for t in cluster.lifted_in(starved_ns).values())
+        final = scrape(metrics)
+        rss = peak_rss_mib(controller.pid)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        if controller is not None:
+            controller.terminate()
+            controller.wait(30)
+        apiserver.terminate()
+        apiserver.wait(30)
+
+    def pct(values: list[float], q: float) -> float | None:
+        if not values:
+            return None
+        return round(values[min(len(values) - 1, round(q * (len(values) - 1)))], 2)
+
+    busy = [s for s in samples if s > 0]
+    return {
+        "nodes": nodes,
+        "gpus": capacity,
+        "queues": QUEUES if queues else 0,
+        "burst_pods": len(burst),
+        "burst_placed": placed,
+        "burst_pods_per_s": round(placed / burst_s, 1) if burst_s == burst_s else None,
+        "controller_cpu_ms_per_placed_pod": round(1000 * cpu_burst / max(1, placed), 2),
+        "utilisation_while_overloaded": {
+            "mean": round(sum(busy[-20:]) / len(busy[-20:]), 4) if busy else None,
+            "min_after_fill": round(min(busy[-20:]), 4) if busy else None,
+        },
+        "starved_queue": {
+            "guarantee_gpus": share,
+            "reached_guarantee_s": None if reached is None else round(reached, 2),
+            "placed": len(latencies),
+            "latency_s": {"p50": pct(latencies, 0.5), "p99": pct(latencies, 0.99)},
+        },
+        "evictions": final.get("evictions", 0.0),
+        "controller_peak_rss_mib": round(rss, 1),
+        "logs": str(workdir),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--overload", type=float, default=1.2, help="burst demand / capacity")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--without-queues", action="store_true", help="only the run without GpuQueue objects"
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    results = {}
+    if not args.without_queues:
+        print("run with queues ...", file=sys.stderr) if sys.stderr.isatty() else None
+        results["with_queues"] = run(args.nodes, args.overload, args.seed, queues=True)
+    print("run without queues ...", file=sys.stderr) if sys.stderr.isatty() else None
+    results["without_queues"] = run(args.nodes, args.overload, args.seed, queues=False)
+    if "with_queues" in results:
+        with_q = results["with_queues"]["burst_pods_per_s"]
+        without = results["without_queues"]["burst_pods_per_s"]
+        if with_q and without:
+            results["pods_per_s_ratio"] = round(with_q / without, 3)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
