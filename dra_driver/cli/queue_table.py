@@ -4,7 +4,8 @@ A listing has to show every queue, the ones the controller refused included (tho
 reader most needs to find), so the objects are read leniently here rather than through
 `parse_queue`, which rejects a bad spec: a missing or malformed field shows as "-", and the
 `Valid` condition the controller wrote says what is wrong. Spec quantities are shown as written
-and the status as the controller formatted it, so the table reads like the objects themselves.
+and the status as the controller formatted it, so the table reads like the objects themselves;
+a refused queue shows no usage, since the controller counts its pods in the default queue.
 
 Tree order is depth first from the roots, siblings by name. A queue whose parent is not listed
 counts as a root (its PARENT column still names the parent); queues caught in a cycle have no
@@ -130,6 +131,11 @@ def _valid(status: Mapping[str, Any]) -> dict[str, str] | None:
 def _row(obj: Mapping[str, Any], depth: int) -> QueueRow:
     spec = _mapping(obj.get("spec"))
     status = _mapping(obj.get("status"))
+    valid = _valid(status)
+    if valid is not None and valid["status"] == "False":
+        # The controller writes only the condition for a queue it refuses, and a merge patch
+        # leaves what it wrote while the queue was served; those numbers mean nothing now.
+        status = {}
     namespaces = spec.get("namespaces")
     pending = status.get("pending")
     return QueueRow(
@@ -144,7 +150,7 @@ def _row(obj: Mapping[str, Any], depth: int) -> QueueRow:
         used=_amounts(status.get("used")),
         borrowed=_amounts(status.get("borrowed")),
         pending=pending if isinstance(pending, int) and not isinstance(pending, bool) else None,
-        valid=_valid(status),
+        valid=valid,
     )
 
 

@@ -79,3 +79,16 @@ def test_refused_queues_are_explained_below_the_table_in_tree_order() -> None:
 def test_no_queues_says_so() -> None:
     assert "No GpuQueues" in render_table([])
     assert "VALID" in render_table(tree_rows([_queue("q")]))
+
+
+def test_a_refused_queue_shows_no_usage_left_from_when_it_was_served() -> None:
+    obj = _queue("was-fine", guaranteed={"gpu": "2"})
+    obj["status"] = {
+        "used": {"gpu": "3", "memory": "240Gi"},
+        "borrowed": {"gpu": "1", "memory": "80Gi"},
+        "pending": 4,
+        "conditions": [{"type": "Valid", "status": "False", "message": "now refused"}],
+    }
+    (row,) = tree_rows([obj])
+    assert row.cells()[3:] == ("2/-", "-", "1", "Borrowed", "-", "-", "-", "False")
+    assert (row.used, row.borrowed, row.pending) == ({}, {}, None)
