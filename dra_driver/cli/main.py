@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from dra_driver import __version__
-from dra_driver.cli import cdi, devices, offline
+from dra_driver.cli import cdi, devices, offline, queues
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -23,6 +23,7 @@ BUILTIN: dict[str, Register] = {
     "cdi": cdi.register,
     "devices": devices.register,
     "explain": offline.register_explain,
+    "queues": queues.register,
     "simulate": offline.register_simulate,
 }
 

@@ -44,6 +44,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "mode": "first-fit",
             "gateName": "example.com/gpu-placement",
             "leaderElection": {"leaseName": "gpu-placement"},
+            "queues": {"defaultQueue": "unassigned", "reclaimHold": "120s"},
         },
         "deviceClasses": {"extendedResourceNames": {"gpu": "nvidia.com/gpu"}},
         "nvidiaDriverRoot": "/run/nvidia/driver",

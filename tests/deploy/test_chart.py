@@ -12,7 +12,7 @@ import yaml
 
 from controller.flags import FLAGS as CONTROLLER_FLAGS
 from dra_driver.cli.flagdocs import environment_variables
-from dra_driver.cli.flags import Flag
+from dra_driver.cli.flags import Flag, build_parser
 from dra_driver.deviceclasses import device_classes
 from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS
 from tests.deploy.chart import CHART, KUBE_VERSIONS, VALUE_SETS, find, one, render, render_text
@@ -164,6 +164,25 @@ def test_custom_names_reach_the_controller() -> None:
     assert env["DRA_GATE_NAME"] == "example.com/gpu-placement"
     assert env["DRA_LEASE_NAME"] == "gpu-placement"
     assert env["DRA_ALLOCATION_MODE"] == "first-fit"
+
+
+@pytest.mark.parametrize(
+    ("value_set", "queue", "hold"),
+    [("defaults", "default", 60.0), ("custom-driver", "unassigned", 120.0)],
+)
+def test_queue_settings_reach_the_controller(value_set: str, queue: str, hold: float) -> None:
+    env = _env(_container(render(value_set), "Deployment"))
+    text = {k: v for k, v in env.items() if isinstance(v, str)}
+    args = build_parser("dra-controller", "", "0", CONTROLLER_FLAGS, environ=text).parse_args([])
+    assert (args.default_queue, args.reclaim_hold) == (queue, hold)
+    assert "DRA_DEFAULT_QUEUE" in env and "DRA_RECLAIM_HOLD" in env
+
+
+def test_bad_queue_settings_name_the_field() -> None:
+    with pytest.raises(helm.HelmValuesError, match="/controller/queues/reclaimHold"):
+        render_text({"controller": {"queues": {"reclaimHold": "1m"}}})
+    with pytest.raises(helm.HelmValuesError, match="/controller/queues/defaultQueue"):
+        render_text({"controller": {"queues": {"defaultQueue": "Team A"}}})
 
 
 def test_plugin_only_install_has_no_controller_objects() -> None:

@@ -22,6 +22,7 @@ PAGES = [
     "security.md",
     "performance.md",
     "architecture.md",
+    "queues.md",
 ]
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
 

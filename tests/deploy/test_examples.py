@@ -1,5 +1,7 @@
 """The examples in deploy/examples are valid Kubernetes objects for every supported version, and
-the ones the local demo leaves out are exactly those that wait for the allocation controller."""
+the ones the local demo leaves out are exactly those that wait for the allocation controller. The
+queue examples, in their own directory so the demo does not apply them, are trees the controller
+accepts whole."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import yaml
 
 from controller.config import default_gang_label, default_gang_size_label, default_gate
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.queues import GROUP, KIND, VERSION, QueueTree
 from tests.deploy.chart import KUBE_VERSIONS, ROOT
 
 EXAMPLES = ROOT / "deploy" / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))
 GATE = default_gate(DEFAULT_DRIVER_NAME)
+QUEUE_FILES = sorted((EXAMPLES / "queues").glob("*.yaml"))
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
@@ -62,3 +66,23 @@ def test_object_names_are_unique_across_examples() -> None:
             key = (doc["kind"], doc["metadata"]["name"])
             assert key not in seen, f"{key} is in both {seen[key]} and {path.name}"
             seen[key] = path.name
+
+
+@pytest.mark.parametrize("path", QUEUE_FILES, ids=lambda p: p.name)
+def test_queue_examples_are_accepted_whole(path: Path) -> None:
+    assert path.read_text().startswith("# "), f"{path.name}: starts without a comment header"
+    docs = _documents(path)
+    assert docs and all((d["apiVersion"], d["kind"]) == (f"{GROUP}/{VERSION}", KIND) for d in docs)
+    tree = QueueTree.build(docs)
+    assert tree.problems == {}
+    assert set(tree.queues) == {d["metadata"]["name"] for d in docs} | {tree.default}
+
+
+def test_queue_examples_show_a_flat_pair_and_a_tree() -> None:
+    assert [p.name for p in QUEUE_FILES] == ["organisation.yaml", "two-teams.yaml"]
+    tree = QueueTree.build(_documents(EXAMPLES / "queues" / "organisation.yaml"))
+    assert sorted(tree.children("research")) == ["nlp", "vision"]
+    assert tree.queue_for("nlp-eval") == "nlp"
+    assert tree.queue_for("elsewhere") == tree.default
+    flat = QueueTree.build(_documents(EXAMPLES / "queues" / "two-teams.yaml"))
+    assert all(spec.parent is None for spec in flat.queues.values())
