@@ -3,8 +3,8 @@
 Only pods on *borrowed* capacity may go: the pods under each lending queue (see `lender`: the
 queue itself among flat queues, the whole organisation when the requester is outside it) are
 ranked as they would have been admitted (higher priority first, then older), and those that fit
-inside that queue's guarantee in that order are protected; the rest are borrowed. A gang goes whole or not at all, so
-it is a candidate only when every member is borrowed.
+inside that queue's guarantee in that order are protected; the rest are borrowed. A gang goes
+whole or not at all, so it is a candidate only when every member is borrowed.
 
 The caller knows the devices; this module only asks it, node by node, whether freeing a set of
 candidates would let the pod fit there (`fits`). Per node the candidates are tried cheapest
