@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from kubernetes import client
 
 from dra_driver.controller_names import default_gate
+from dra_driver.deviceclasses import class_name
 from dra_driver.queues import GROUP, PLURAL, VERSION
 from localcluster.cluster import LocalCluster
 from localcluster.roles.node_agent import PREPARED_ANNOTATION
@@ -90,7 +91,9 @@ class _Teams:
                                 "requests": [
                                     {
                                         "name": "gpu",
-                                        "exactly": {"deviceClassName": f"gpu.{self.driver}"},
+                                        "exactly": {
+                                            "deviceClassName": class_name("gpu", self.driver)
+                                        },
                                     }
                                 ]
                             }

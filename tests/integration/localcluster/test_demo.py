@@ -27,6 +27,13 @@ async def test_every_example_pod_gets_what_it_asked_for() -> None:
     assert "_MIG_1G10GB_" in text and "_MIG_1G20GB_" in text  # by profile, by capacity
     # Both pods of the shared claim were prepared with the one device of that claim.
     assert text.count("claim shared-gpu: gpu -> gpu-") == 2
+    # The queues on the same 16 GPUs: a borrows all, b reclaims its 8 by evicting exactly 8
+    # of a's pods within 30 s (the scenario itself fails the demo otherwise), then with
+    # reclaim: Never nothing is evicted and b's pods say why they wait.
+    assert "queue a runs 16 pods: 8 within its guarantee, 8 borrowed" in text
+    assert "8 pods of queue a were evicted, 8 still run" in text
+    assert "8 of b's pods wait ('reclaim policy is Never'), 0 more evictions" in text
+    assert "the queues behaved" in text
 
 
 async def test_the_demo_survives_a_watch_history_too_short_to_resume_from() -> None:
@@ -35,7 +42,13 @@ async def test_the_demo_survives_a_watch_history_too_short_to_resume_from() -> N
     # list again and carry on; every pod must still get what it asked for.
     out = io.StringIO()
     code = await run_demo(
-        [EXAMPLES], nodes=2, gpus="H100-SXM5-80GB:8", timeout_s=90, out=out, watch_history=1
+        [EXAMPLES],
+        nodes=2,
+        gpus="H100-SXM5-80GB:8",
+        timeout_s=90,
+        out=out,
+        watch_history=1,
+        queues=False,
     )
     assert code == 0, out.getvalue()
 
@@ -86,6 +99,7 @@ async def test_a_pod_that_cannot_fit_fails_the_demo(tmp_path: Path) -> None:
         gpus="H100-SXM5-80GB:8",
         timeout_s=3,
         out=out,
+        queues=False,
     )
     assert code == 1
     assert "FAILED default/greedy" in out.getvalue()
