@@ -108,6 +108,8 @@ class QueueKeeper:
         self._amounts: dict[Key, tuple[int, Obj, Amounts]] = {}
         """Claim → (snapshot build, the allocation, what it counts), computed once each."""
         self._capacity: tuple[int, Amounts] | None = None
+        self._devices: tuple[int, dict[tuple[str, str], Amounts]] = (-1, {})
+        """What each whole device counts, for the snapshot build it was computed on."""
         self.holds: dict[Key, Hold] = {}
         self.evicting: dict[Key, str] = {}
         """Pods we asked to evict → the queue that reclaimed; dropped once they are gone."""
@@ -134,7 +136,11 @@ class QueueKeeper:
         cached = self._amounts.get(key)
         if cached is not None and cached[0] == builds and cached[1] is allocation:
             return cached[2]
-        amounts = allocation_amounts(self.view.snapshot, self.settings.driver_name, allocation)
+        if self._devices[0] != builds:
+            self._devices = (builds, {})
+        amounts = allocation_amounts(
+            self.view.snapshot, self.settings.driver_name, allocation, self._devices[1]
+        )
         self._amounts[key] = (builds, allocation, amounts)
         return amounts
 

@@ -40,6 +40,7 @@ from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.pod_claims import known_claim_names
+from dra_driver.queues import Ledger
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +84,7 @@ class Reconciler:
             view,
         )
         self.queue_status = QueueStatusWriter(api)
+        self._pass_ledger: Ledger | None = None
         self.writer = ClaimWriter(api, config.finalizer, is_leader)
         self._is_leader = is_leader
         self._queue: dict[Key, None] = {}
@@ -291,7 +293,8 @@ class Reconciler:
     async def _report_queues(self) -> None:
         """Queue gauges and GpuQueue status, from the usage after this pass."""
         gated = [p for p in (self.view.pods.get(k) for k in self._seen_at) if self._gated(p)]
-        ledger = self.queues.ledger()
+        # The pass's own ledger, with its admissions and evictions, saves a second count.
+        ledger, self._pass_ledger = self._pass_ledger or self.queues.ledger(), None
         pending = self.queues.pending_by_queue(p for p in gated if p is not None)
         if self.queue_metrics is not None:
             self.queue_metrics.update(ledger, pending)
@@ -358,6 +361,7 @@ class Reconciler:
                 self._failed(pods, outcome)
         finally:
             order.finish()
+        self._pass_ledger = order.ledger
         return decisions, order.reclaims
 
     async def _write_all(self, decisions: list[Decision]) -> None:

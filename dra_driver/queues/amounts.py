@@ -91,14 +91,26 @@ def _share_amounts(device: Device, consumed: Mapping[str, Any]) -> Amounts:
 
 
 def allocation_amounts(
-    snapshot: ClusterSnapshot, driver: str, allocation: Mapping[str, Any] | None
+    snapshot: ClusterSnapshot,
+    driver: str,
+    allocation: Mapping[str, Any] | None,
+    cache: dict[tuple[str, str], Amounts] | None = None,
 ) -> Amounts:
-    """The sum over a claim's allocated devices."""
+    """The sum over a claim's allocated devices. `cache` (one per snapshot) keeps what each
+    whole device counts, which never changes while the snapshot lives; shares are computed each
+    time, since what a share counts is in the result, not the device."""
     total = ZERO
     if not allocation:
         return total
     for result in (allocation.get("devices") or {}).get("results") or []:
-        total = total + device_amounts(snapshot, driver, result)
+        if cache is None or "consumedCapacity" in result or result.get("adminAccess"):
+            total = total + device_amounts(snapshot, driver, result)
+            continue
+        key = (str(result.get("pool")), str(result.get("device")))
+        amounts = cache.get(key)
+        if amounts is None:
+            amounts = cache[key] = device_amounts(snapshot, driver, result)
+        total = total + amounts
     return total
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -34,6 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -115,38 +117,66 @@ class Cluster:
         self._objects = client.CustomObjectsApi(api)
         self._watch = watch.Watch()  # type: ignore[no-untyped-call]
         self._lock = threading.Lock()
+        self._known: set[tuple[str, str]] = set()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._watch.stop()  # type: ignore[no-untyped-call]
 
     def _run(self) -> None:
-        stream = self._watch.stream(  # type: ignore[no-untyped-call]
-            self._core.list_pod_for_all_namespaces, _preload_content=False
-        )
-        for event in stream:
-            raw = event.get("raw_object") or event.get("object")
-            if not isinstance(raw, dict):
+        # The server ends a watch now and then: list to catch up, then watch again from there.
+        while not self._stopped.is_set():
+            listed: Any = self._core.list_pod_for_all_namespaces(_preload_content=False)
+            body = json.loads(listed.data)
+            present = set()
+            for raw in body["items"]:
+                present.add(self._seen(raw))
+            with self._lock:
+                gone = set(self._known) - present
+            for key in gone:
+                self._gone(key)
+            try:
+                stream = self._watch.stream(  # type: ignore[no-untyped-call]
+                    self._core.list_pod_for_all_namespaces,
+                    resource_version=body["metadata"]["resourceVersion"],
+                    _preload_content=False,
+                )
+                for event in stream:
+                    raw = event.get("raw_object") or event.get("object")
+                    if not isinstance(raw, dict) or "metadata" not in raw:
+                        continue
+                    if event["type"] == "DELETED":
+                        self._gone((raw["metadata"]["namespace"], raw["metadata"]["name"]))
+                    else:
+                        self._seen(raw)
+            except (urllib3.exceptions.HTTPError, client.ApiException, OSError):
                 continue
-            key = (raw["metadata"]["namespace"], raw["metadata"]["name"])
-            if event["type"] == "DELETED":
-                with self._lock:
-                    self.deleted.add(key)
-                try:
-                    self._objects.delete_namespaced_custom_object(
-                        GROUP, VERSION, key[0], "resourceclaims", key[1]
-                    )
-                except client.ApiException as err:
-                    if err.status != 404:
-                        raise
-                continue
-            gates = (raw.get("spec") or {}).get("schedulingGates") or []
+
+    def _seen(self, raw: dict[str, Any]) -> tuple[str, str]:
+        key = (raw["metadata"]["namespace"], raw["metadata"]["name"])
+        gates = (raw.get("spec") or {}).get("schedulingGates") or []
+        with self._lock:
+            self._known.add(key)
             if not any(g.get("name") == GATE for g in gates):
-                with self._lock:
-                    self.lifted.setdefault(key, time.perf_counter())
+                self.lifted.setdefault(key, time.perf_counter())
+        return key
+
+    def _gone(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._known.discard(key)
+            self.deleted.add(key)
+        try:
+            self._objects.delete_namespaced_custom_object(
+                GROUP, VERSION, key[0], "resourceclaims", key[1]
+            )
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
 
     def lifted_in(self, namespace: str) -> dict[str, float]:
         with self._lock:
@@ -274,7 +304,7 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         "queues": QUEUES if queues else 0,
         "burst_pods": len(burst),
         "burst_placed": placed,
-        "burst_pods_per_s": round(placed / burst_s, 1) if burst_s == burst_s else None,
+        "burst_pods_per_s": None if math.isnan(burst_s) else round(placed / burst_s, 1),
         "controller_cpu_ms_per_placed_pod": round(1000 * cpu_burst / max(1, placed), 2),
         "utilisation_while_overloaded": {
             "mean": round(sum(busy[-20:]) / len(busy[-20:]), 4) if busy else None,
