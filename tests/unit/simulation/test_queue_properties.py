@@ -141,7 +141,7 @@ def plans(draw: st.DrawFn) -> Plan:
         st.one_of(st.none(), st.integers(2, 10)),
         st.integers(0, 2),
     )
-    pods = draw(st.lists(pod, min_size=5, max_size=10))
+    pods = draw(st.lists(pod, min_size=6, max_size=10))
     policy = draw(st.sampled_from([PodPolicy.FIRST_FIT, PodPolicy.FIRST_FIT, PodPolicy.SCORED]))
     return Plan(queues, namespaces, pods, policy)
 
@@ -213,7 +213,7 @@ def _check_step(replay: QueuedReplay) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=45,
     deadline=None,
     derandomize=True,
     database=None,
