@@ -13,7 +13,15 @@ from typing import Any
 
 import yaml
 
-KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "Node", "Pod")
+KINDS = (
+    "ResourceSlice",
+    "DeviceClass",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "Node",
+    "Pod",
+    "GpuQueue",
+)
 
 
 class InputFileError(ValueError):
@@ -29,6 +37,8 @@ class ClusterObjects:
     templates: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     """In file order: `simulate` places them after the claims no pod uses."""
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    """GpuQueue objects: when any is given, `simulate` replays the pods through queues."""
 
 
 def _add(objects: ClusterObjects, doc: object, where: str) -> None:
@@ -53,6 +63,7 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
         "ResourceClaimTemplate": objects.templates,
         "Node": objects.nodes,
         "Pod": objects.pods,
+        "GpuQueue": objects.queues,
     }[kind]
     target.append(dict(doc))
 

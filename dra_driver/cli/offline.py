@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.explain import explain_claim
 from dra_driver.cli.inputs import InputFileError, load_objects
-from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, simulate_all
+from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress, simulate_all
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +27,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=(
             "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, and "
-            "for simulate Pods and ResourceClaimTemplates"
+            "for simulate Pods, ResourceClaimTemplates and GpuQueues"
         ),
     )
     parser.add_argument(
@@ -67,21 +69,48 @@ def _table(outcomes: list[ClaimOutcome], pods: list[PodOutcome]) -> str:
     return text
 
 
+def _progress() -> Progress | None:
+    """A line on stderr, rewritten at most twice a second, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def show(now: float, events_left: int) -> None:
+        tick = time.monotonic()
+        if tick - last[0] >= 0.5:
+            last[0] = tick
+            print(f"\rsimulate: t={now:g}s, {events_left} events left ", end="", file=sys.stderr)
+
+    return show
+
+
 def run_simulate(args: argparse.Namespace) -> int:
+    progress = _progress()
     try:
-        outcomes: Outcomes = simulate_all(load_objects(args.input), AllocationMode(args.mode))
+        outcomes: Outcomes = simulate_all(
+            load_objects(args.input), AllocationMode(args.mode), progress
+        )
     except (InputFileError, InputError) as err:
         print(f"dra-driver simulate: {err}", file=sys.stderr)
         return 2
+    finally:
+        if progress is not None:
+            print("\r\033[K", end="", file=sys.stderr)
     if args.output == "json":
-        out = {
+        out: dict[str, Any] = {
             "claims": [o.as_json() for o in outcomes.claims],
             "pods": [p.as_json() for p in outcomes.pods],
         }
+        if outcomes.queues is not None:
+            out["queues"] = outcomes.queues.as_json()
         json.dump(out, sys.stdout, indent=2)
         print()
     else:
         print(_table(outcomes.claims, outcomes.pods))
+        if outcomes.queues is not None:
+            for rows in outcomes.queues.tables():
+                print()
+                print(_columns(rows))
     return 0
 
 
@@ -103,7 +132,9 @@ def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Allocate every ResourceClaim without status.allocation, one at a time in file "
             "order, against the ResourceSlices and DeviceClasses of the file; then place the "
             "file's Pods in arrival order, each where its CPU and memory requests and its "
-            "claims fit."
+            "claims fit. With GpuQueues in the file, pods that do not fit wait in their queue "
+            "and are admitted in the controller's order, with limits and reclaim, and a report "
+            "per queue follows."
         ),
     )
     _add_common(parser)

@@ -8,12 +8,17 @@ When the file holds Pods, the claims no pod uses are allocated first (as above),
 are placed by the simulation engine in arrival order: a pod needs room for its CPU and memory
 requests as well as for its claims, which is what decides where real workloads land. A pod with a
 departure time gives its node resources and claims back before any later arrival.
+
+When the file also holds GpuQueue objects, the pods are replayed through queues instead
+(`dra_driver.simulation.queued`): a pod that cannot be placed waits in its queue and is decided
+again whenever the cluster changes, in the controller's order and within its limits, with
+reclaim; the outcome then carries a per-queue report.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +33,10 @@ from dra_driver.allocator import (
 from dra_driver.allocator.claims import claim_key
 from dra_driver.allocator.result import allocation_node
 from dra_driver.cli.inputs import ClusterObjects
+from dra_driver.queues import QueueTree
 from dra_driver.simulation.pods import ARRIVAL, DEPARTURE, key_of, pod_claims, seconds
+from dra_driver.simulation.queue_report import QueueReport, build_report
+from dra_driver.simulation.queued import QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPlacement, PodPolicy
 
 
@@ -73,6 +81,12 @@ class Outcomes:
     claims: list[ClaimOutcome] = field(default_factory=list)
     """The claims no pod uses, in file order, then each placed pod's claims in arrival order."""
     pods: list[PodOutcome] = field(default_factory=list)
+    queues: QueueReport | None = None
+    """Only when the input holds GpuQueue objects."""
+
+
+Progress = Callable[[float, int], None]
+"""(the replay's time now, events left): called as a queued replay advances."""
 
 
 class Simulation:
@@ -113,7 +127,9 @@ def simulate(objects: ClusterObjects, mode: AllocationMode) -> list[ClaimOutcome
     return simulate_all(objects, mode).claims
 
 
-def simulate_all(objects: ClusterObjects, mode: AllocationMode) -> Outcomes:
+def simulate_all(
+    objects: ClusterObjects, mode: AllocationMode, progress: Progress | None = None
+) -> Outcomes:
     """Claims no pod uses first, in file order, then the pods; InputError for malformed input."""
     run = Simulation(objects, mode)
     by_key = {claim_key(claim): claim for claim in objects.claims}
@@ -127,7 +143,9 @@ def simulate_all(objects: ClusterObjects, mode: AllocationMode) -> Outcomes:
         seen.add(key)
         if key not in used:
             outcomes.claims.append(run.allocate(claim))
-    if objects.pods:
+    if objects.queues:
+        _replay_queued(run, objects, mode, by_key, outcomes, progress)
+    elif objects.pods:
         _place_pods(run, objects, mode, by_key, outcomes)
     return outcomes
 
@@ -208,6 +226,50 @@ def _place_pods(
             outcomes.claims.append(_claim_outcome(claim, placement.node, allocation, None))
         if departure is not None:
             heapq.heappush(leaving, (departure, order, placement))
+
+
+def _replay_queued(
+    run: Simulation,
+    objects: ClusterObjects,
+    mode: AllocationMode,
+    claims: Mapping[str, Mapping[str, Any]],
+    outcomes: Outcomes,
+    progress: Progress | None,
+) -> None:
+    """The pods through the file's GpuQueues (see `dra_driver.simulation.queued`)."""
+    cluster = Cluster(run.snapshot, objects.nodes, PodPolicy(mode.value), usage=run.usage)
+    replay = QueuedReplay(cluster, QueueTree.build(objects.queues))
+    for claim in objects.claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            replay.add_claim_usage(claim_key(claim).split("/", 1)[0], allocation)
+    for outcome in outcomes.claims:
+        if outcome.allocation is not None:
+            replay.add_claim_usage(outcome.namespace, outcome.allocation)
+    templates = {key_of(t): t for t in objects.templates}
+    seen: set[str] = set()
+    for arrival, departure, pod in _arrivals(objects.pods):
+        key = key_of(pod)
+        if key in seen:
+            raise InputError(f"Pod {key} appears twice in the input")
+        seen.add(key)
+        replay.add_pod(pod, pod_claims(pod, claims, templates), key, arrival, departure)
+    for now in replay.steps():
+        if progress is not None:
+            progress(now, replay.events_left)
+    for job in replay.jobs:
+        namespace, name = job.namespace, job.name
+        if job.last_node is None or job.last_allocations is None:
+            why = job.reason or "not placed"
+            if not job.failed:
+                why = f"still waiting in queue {job.queue} at the end: {why}"
+            outcomes.pods.append(PodOutcome(namespace, name, None, why))
+            outcomes.claims += [_claim_outcome(c, None, None, why) for c in job.claims]
+            continue
+        outcomes.pods.append(PodOutcome(namespace, name, job.last_node, None))
+        for made, allocation in zip(job.claims, job.last_allocations, strict=True):
+            outcomes.claims.append(_claim_outcome(made, job.last_node, allocation, None))
+    outcomes.queues = build_report(replay)
 
 
 def _claim_outcome(

@@ -71,13 +71,19 @@ class QueueTree:
             for namespace in spec.namespaces:
                 self._by_namespace[namespace] = spec.name
         for name in self.problems:
-            self.queues.pop(name, None)
-        # Children of a queue dropped for its namespaces have lost their parent.
-        others = {n: q for n, q in self.queues.items() if n != self.default}
-        _drop_unrooted(others, self.problems)
-        for name in self.problems:
-            self.queues.pop(name, None)
-        self._by_namespace = {n: q for n, q in self._by_namespace.items() if q in self.queues}
+            if name != self.default:  # a GpuQueue refused for taking its name, not the queue
+                self.queues.pop(name, None)
+        # Queues below one that lost a namespace here have lost their root too.
+        specs = {name: spec for name, spec in self.queues.items() if name != self.default}
+        kept = len(specs)
+        _drop_unrooted(specs, self.problems)
+        if len(specs) != kept:
+            self.queues = {**specs, self.default: self.queues[self.default]}
+            self._by_namespace = {
+                namespace: owner
+                for namespace, owner in self._by_namespace.items()
+                if owner in self.queues
+            }
 
     def queue_for(self, namespace: str) -> str:
         return self._by_namespace.get(namespace, self.default)

@@ -77,14 +77,18 @@ class Cluster:
         self._group_of: dict[str, object] = {}
 
     def place_pod(
-        self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+        self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, retry: bool = False
     ) -> PodPlacement:
-        """Raises InputError / AllocationError as the allocator does for bad or fatal claims."""
+        """Raises InputError / AllocationError as the allocator does for bad or fatal claims.
+
+        `retry`: the pod was tried before (it waits in a queue), so its shape is not counted
+        again in the workload the scored policy learns."""
         requests = pod_requests(pod)
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
         shape = shape_of(requests, plans)
-        self.workload.observe(shape)
+        if not retry:
+            self.workload.observe(shape)
         asks = asked(requests)
         placement = PodPlacement(None, None, None, requests, shape)
         if self.policy is not PodPolicy.FIRST_FIT:
@@ -215,6 +219,47 @@ class Cluster:
                 counts[what] = counts.get(what, 0) + 1
         parts = [f"{what} on {n} node(s)" for what, n in sorted(counts.items())]
         return "; ".join(parts) or "no node fits"
+
+    def fits_on(
+        self, node: str, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]] | None:
+        """The allocations the pod's claims would get on `node` now, if its requests fit there
+        too; nothing is recorded (reclaim asks this with victims released)."""
+        if not self.ledger.fits(node, asked(pod_requests(pod))):
+            return None
+        plans = [plan_claim(self.snapshot, claim) for claim in claims]
+        if not plans:
+            return []
+        return search_node(
+            self.snapshot, self.usage, plans, node, AllocationMode.FIRST_FIT, self.scoring
+        ).allocations
+
+    def place_on(
+        self, node: str, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]
+    ) -> PodPlacement:
+        """Place the pod on `node` (first fit there) or nowhere: where reclaim made room."""
+        requests = pod_requests(pod)
+        plans = [plan_claim(self.snapshot, claim) for claim in claims]
+        placement = PodPlacement(None, None, None, requests, shape_of(requests, plans))
+        allocations = self.fits_on(node, pod, claims)
+        if allocations is None:
+            placement.reason = f"the pod no longer fits node {node}"
+            return placement
+        for allocation in allocations:
+            self.placer.record(allocation, node)
+        placement.node, placement.allocations = node, allocations
+        self.ledger.take(node, requests)
+        self._regroup(node)
+        return placement
+
+    def restore_pod(self, placement: PodPlacement) -> None:
+        """Take again what `release_pod` gave back (a reclaim trial that is undone)."""
+        if placement.node is None:
+            return
+        for allocation in placement.allocations or []:
+            self.placer.record(allocation, placement.node)
+        self.ledger.take(placement.node, placement.requests)
+        self._regroup(placement.node)
 
     def release_pod(self, placement: PodPlacement) -> None:
         if placement.node is None:

@@ -1,0 +1,366 @@
+"""Replaying pods through GPU queues: waiting, fair admission, limits and reclaim over time.
+
+Without queues a replay places each pod when it arrives or never. With queues, a pod that does
+not fit (or that its queue may not take now) waits in its queue, and every time the cluster
+changes (an arrival, a departure) the waiting pods are decided again in the controller's order:
+the queue that comes next (`Ledger.order_key`: below its guarantee first, then the lowest
+weighted dominant share, the default queue last), within a queue higher priority first, then
+earlier arrival. A placement that would take a queue past a limit, or past its guarantee into
+capacity held for a queue short of its guarantee, is undone and the pod keeps waiting
+(`Ledger.refusal`). This mirrors `controller/queueing.py`, with the replay's allocator in place
+of the controller's.
+
+Reclaim: a waiting pod of a queue short of its guarantee, with `reclaim: Borrowed`, that fits no
+node evicts pods on borrowed capacity (`choose_victims`), asking the replay's allocator whether
+the pod fits a node once the candidates are released, and only when the pod then stays within
+its guarantee, as the controller does. The controller keeps the freed devices for the pod (a
+hold) until it is placed; a replay has no delay between the two, so the pod is placed on the
+chosen node at once.
+
+Time: a pod's `departure` minus its `arrival` is how long it runs once placed (its run time), so
+a pod that waited leaves that much later. An evicted pod comes back at once as a new pod of the
+same name, as a Job's controller would make one, with the run time it had left; it waits in its
+queue like any arrival, and its queueing delay counts from its return.
+
+Gangs are not modelled: every pod is decided on its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dra_driver.allocator import AllocationError, ClusterSnapshot
+from dra_driver.queues import (
+    RECLAIM_BORROWED,
+    ZERO,
+    Amounts,
+    Ledger,
+    QueueTree,
+    Running,
+    allocation_amounts,
+    borrowed_units,
+    capacity,
+    choose_victims,
+)
+from dra_driver.simulation.replay import Cluster, PodPlacement
+
+_DEPART = 0
+_ARRIVE = 1
+"""Event kinds, in the order they are handled at one time: departures free room first."""
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` as the admission controller resolved it (0 when absent)."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(slots=True)
+class Job:
+    """One pod of the replay, from its first arrival to its end."""
+
+    key: str
+    pod: Mapping[str, Any]
+    claims: list[Mapping[str, Any]]
+    queue: str
+    priority: int
+    order: int
+    """Position in arrival order: breaks ties between equal arrival times."""
+    run: float | None
+    """Seconds it still has to run once placed; None runs to the end of the replay."""
+    arrived: float
+    """Its (latest) arrival: the first one, or its return after an eviction."""
+    placement: PodPlacement | None = None
+    placed_at: float = 0.0
+    amounts: Amounts = ZERO
+    token: int = 0
+    """Changes with every placement, so a departure planned for an evicted run is ignored."""
+    tried: bool = False
+    reason: str | None = None
+    """Why it waits, or why it can never be placed (`failed`)."""
+    failed: bool = False
+    finished: bool = False
+    evictions: int = 0
+    last_node: str | None = None
+    last_allocations: list[dict[str, Any]] | None = None
+
+    @property
+    def created(self) -> str:
+        """A creation stamp that sorts as arrivals do (what reclaim compares as age)."""
+        return f"{self.arrived:020.6f}/{self.order:09d}"
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.split("/", 1)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    time: float
+    pod: str
+    queue: str
+    by_pod: str
+    by_queue: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What every queue held (its own pods and its descendants') after the events of `time`."""
+
+    time: float
+    used: dict[str, Amounts]
+
+
+EvictionHook = Callable[[Eviction, Sequence[Running], Ledger], None]
+"""Called before each eviction with the pods that were running and the ledger then."""
+
+
+@dataclass(slots=True)
+class QueuedReplay:
+    """The replay's state; iterate `steps()` to advance it event time by event time."""
+
+    cluster: Cluster
+    tree: QueueTree
+    base: dict[str, Amounts] = field(default_factory=dict)
+    """Queue → what claims no pod uses hold there (never waiting, never evicted)."""
+    jobs: list[Job] = field(default_factory=list)
+    waiting: list[Job] = field(default_factory=list)
+    running: dict[str, Job] = field(default_factory=dict)
+    evictions: list[Eviction] = field(default_factory=list)
+    delays: dict[str, list[float]] = field(default_factory=dict)
+    """Queue → seconds from arrival to placement, one per placement."""
+    timeline: list[UsageRow] = field(default_factory=list)
+    on_evict: EvictionHook | None = None
+    _events: list[tuple[float, int, int, Job, int]] = field(default_factory=list)
+    _seq: Iterator[int] = field(default_factory=itertools.count)
+    _capacity: Amounts = ZERO
+    _drivers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        snapshot = self.cluster.snapshot
+        self._drivers = tuple(sorted({pool.driver for pool in snapshot.pools}))
+        total = ZERO
+        for driver in self._drivers:
+            total = total + capacity(snapshot, driver)
+        self._capacity = total
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self.cluster.snapshot
+
+    def amounts(self, allocations: Sequence[Mapping[str, Any]]) -> Amounts:
+        """What allocations take from a queue, counting every driver's devices."""
+        total = ZERO
+        for allocation in allocations:
+            for driver in self._drivers:
+                total = total + allocation_amounts(self.snapshot, driver, allocation)
+        return total
+
+    def add_claim_usage(self, namespace: str, allocation: Mapping[str, Any]) -> None:
+        queue = self.tree.queue_for(namespace)
+        self.base[queue] = self.base.get(queue, ZERO) + self.amounts([allocation])
+
+    def add_pod(
+        self,
+        pod: Mapping[str, Any],
+        claims: list[Mapping[str, Any]],
+        key: str,
+        arrival: float,
+        departure: float | None,
+    ) -> None:
+        """Pods must be added in arrival order."""
+        job = Job(
+            key=key,
+            pod=pod,
+            claims=claims,
+            queue=self.tree.queue_for(key.split("/", 1)[0]),
+            priority=pod_priority(pod),
+            order=len(self.jobs),
+            run=None if departure is None else departure - arrival,
+            arrived=arrival,
+        )
+        self.jobs.append(job)
+        self._push(arrival, _ARRIVE, job)
+
+    def _push(self, time: float, kind: int, job: Job) -> None:
+        heapq.heappush(self._events, (time, kind, next(self._seq), job, job.token))
+
+    @property
+    def events_left(self) -> int:
+        return len(self._events)
+
+    # --- the timeline -----------------------------------------------------------------------
+
+    def steps(self) -> Iterator[float]:
+        """Handle every event of the next time (departures, then arrivals), decide the waiting
+        pods until nothing changes, and yield that time."""
+        while self._events:
+            now = self._events[0][0]
+            while self._events and self._events[0][0] == now:
+                _, kind, _, job, token = heapq.heappop(self._events)
+                if kind == _DEPART:
+                    if token == job.token and job.placement is not None:
+                        self._stop(job)
+                        job.finished = True
+                else:
+                    job.arrived = now
+                    self.waiting.append(job)
+            # Each pass decides every waiting pod once; a pass changes the state only by
+            # placing or evicting, and there are finitely many pods to place.
+            for _ in range(len(self.jobs) + 2):
+                if not self._pass(now):
+                    break
+            self._record(now)
+            yield now
+
+    def ledger(self) -> Ledger:
+        ledger = Ledger(self.tree, self._capacity)
+        for queue, amounts in self.base.items():
+            ledger.add(queue, amounts)
+        for job in self.running.values():
+            ledger.add(job.queue, job.amounts)
+        return ledger
+
+    def _pass(self, now: float) -> bool:
+        changed = False
+        ledger = self.ledger()
+        ledger.waiting = {job.queue for job in self.waiting}
+        pending: dict[str, list[Job]] = {}
+        for job in self.waiting:
+            pending.setdefault(job.queue, []).append(job)
+        for jobs in pending.values():
+            jobs.sort(key=lambda j: (-j.priority, j.arrived, j.order))
+        while True:
+            queue = ledger.next_queue(q for q, jobs in pending.items() if jobs)
+            if queue is None:
+                return changed
+            job = pending[queue].pop(0)
+            try:
+                placement = self.cluster.place_pod(job.pod, job.claims, retry=job.tried)
+            except AllocationError as err:
+                job.reason, job.failed = str(err), True
+                self.waiting.remove(job)
+                continue
+            job.tried = True
+            if placement.node is None or placement.allocations is None:
+                job.reason = placement.reason
+                changed = self._reclaim(now, job, ledger) or changed
+                continue
+            if self._admit(now, job, placement, ledger):
+                changed = True
+
+    def _admit(self, now: float, job: Job, placement: PodPlacement, ledger: Ledger) -> bool:
+        asks = self.amounts(placement.allocations or [])
+        refusal = ledger.refusal(job.queue, asks)
+        if refusal is not None:
+            self.cluster.release_pod(placement)
+            job.reason = refusal
+            return False
+        ledger.add(job.queue, asks)
+        self.waiting.remove(job)
+        job.placement, job.amounts, job.placed_at = placement, asks, now
+        job.last_node, job.last_allocations = placement.node, placement.allocations
+        job.reason = None
+        job.token += 1
+        self.running[job.key] = job
+        self.delays.setdefault(job.queue, []).append(now - job.arrived)
+        if job.run is not None:
+            self._push(now + job.run, _DEPART, job)
+        return True
+
+    def _stop(self, job: Job) -> None:
+        assert job.placement is not None
+        self.cluster.release_pod(job.placement)
+        del self.running[job.key]
+        job.placement, job.amounts = None, ZERO
+
+    # --- reclaim ------------------------------------------------------------------------------
+
+    def running_pods(self) -> list[Running]:
+        return [
+            Running(
+                key=(job.namespace, job.name),
+                queue=job.queue,
+                nodes=frozenset({job.placement.node or ""}),
+                priority=job.priority,
+                created=job.created,
+                amounts=job.amounts,
+            )
+            for job in self.running.values()
+            if job.placement is not None
+        ]
+
+    def fits(self, job: Job, ledger: Ledger) -> Callable[[str, Sequence[Running]], bool]:
+        """Whether `job` would fit `node` with `freed` gone, and stay within its guarantee."""
+        spec = self.tree.queues[job.queue]
+        used = ledger.used(job.queue)
+
+        def fits(node: str, freed: Sequence[Running]) -> bool:
+            placements = [self._job(r).placement for r in freed]
+            released = [p for p in placements if p is not None]
+            for placement in released:
+                self.cluster.release_pod(placement)
+            try:
+                allocations = self.cluster.fits_on(node, job.pod, job.claims)
+            finally:
+                for placement in reversed(released):
+                    self.cluster.restore_pod(placement)
+            if allocations is None:
+                return False
+            return spec.guaranteed.covers(used + self.amounts(allocations))
+
+        return fits
+
+    def _job(self, running: Running) -> Job:
+        return self.running[f"{running.key[0]}/{running.key[1]}"]
+
+    def _reclaim(self, now: float, job: Job, ledger: Ledger) -> bool:
+        if not ledger.short_of_guarantee(job.queue):
+            return False
+        spec = self.tree.queues[job.queue]
+        if spec.reclaim != RECLAIM_BORROWED:
+            job.reason = f"{job.reason}; queue {job.queue} is below its guarantee but its "
+            job.reason += f"reclaim policy is {spec.reclaim}"
+            return False
+        running = self.running_pods()
+        units = borrowed_units(ledger, running, job.queue)
+        chosen = choose_victims(units, self.fits(job, ledger)) if units else None
+        if chosen is None:
+            job.reason = f"{job.reason}; no pod on borrowed capacity would make room"
+            return False
+        node, victims = chosen
+        for victim in (pod for unit in victims for pod in unit.pods):
+            evicted = self._job(victim)
+            record = Eviction(now, evicted.key, evicted.queue, job.key, job.queue, node)
+            if self.on_evict is not None:
+                self.on_evict(record, running, ledger)
+            self.evictions.append(record)
+            self._stop(evicted)
+            ledger.remove(evicted.queue, victim.amounts)
+            evicted.evictions += 1
+            if evicted.run is not None:
+                evicted.run = max(0.0, evicted.run - (now - evicted.placed_at))
+            evicted.arrived = now
+            evicted.order = len(self.jobs) + len(self.evictions)
+            evicted.reason = f"evicted at {now:g}s for {job.key} of queue {job.queue}"
+            self.waiting.append(evicted)
+        placement = self.cluster.place_on(node, job.pod, job.claims)
+        if placement.node is not None:
+            self._admit(now, job, placement, ledger)
+        return True
+
+    def _record(self, now: float) -> None:
+        ledger = self.ledger()
+        used = {name: ledger.used(name) for name in self.tree.queues}
+        if self.timeline and self.timeline[-1].used == used:
+            return
+        self.timeline.append(UsageRow(now, used))

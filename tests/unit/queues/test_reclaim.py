@@ -1,0 +1,175 @@
+"""Choosing victims: only borrowed pods, whole gangs, fewest then cheapest, each one needed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dra_driver.queues import (
+    Amounts,
+    Ledger,
+    QueueTree,
+    Running,
+    Unit,
+    borrowed_units,
+    choose_victims,
+)
+
+REQUESTER = "owed"
+
+
+def q(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def pod(
+    name: str,
+    queue: str = "borrower",
+    node: str = "n1",
+    gpus: float = 1.0,
+    priority: int = 0,
+    created: str = "2025-01-01T00:00:00Z",
+    gang: str | None = None,
+) -> Running:
+    return Running(
+        key=("ns", name),
+        queue=queue,
+        nodes=frozenset({node}),
+        priority=priority,
+        created=created,
+        amounts=Amounts(gpus, 0),
+        gang=gang,
+    )
+
+
+def book(*queues: dict[str, Any]) -> Ledger:
+    tree = QueueTree.build([q(REQUESTER, guaranteed={"gpu": 4}), *queues])
+    return Ledger(tree, Amounts(16, 0))
+
+
+def names(units: Sequence[Unit]) -> list[list[str]]:
+    return sorted(sorted(p.key[1] for p in u.pods) for u in units)
+
+
+class Nodes:
+    """A toy cluster: `free` GPUs per node; the waiting pod needs `need` on one node."""
+
+    def __init__(self, need: float, **free: float) -> None:
+        self.need = need
+        self.free = free
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def fits(self, node: str, freed: Sequence[Running]) -> bool:
+        self.calls.append((node, sorted(p.key[1] for p in freed)))
+        room = self.free.get(node, 0.0) + sum(p.amounts.gpu for p in freed if node in p.nodes)
+        return room >= self.need
+
+
+def chosen(result: tuple[str, list[Unit]] | None) -> tuple[str, list[str]] | None:
+    if result is None:
+        return None
+    node, units = result
+    return node, sorted(p.key[1] for u in units for p in u.pods)
+
+
+def test_only_pods_beyond_their_queues_guarantee_are_borrowed() -> None:
+    ledger = book(q("borrower", guaranteed={"gpu": 2}), q("free"))
+    running = [
+        pod("old-low", created="2025-01-01T00:00:00Z"),
+        pod("new-high", priority=10, created="2025-03-01T00:00:00Z"),
+        pod("new-low", created="2025-02-01T00:00:00Z"),
+        pod("nothing-guaranteed", queue="free"),
+        pod("mine", queue=REQUESTER),
+    ]
+    # Ranked as they would be admitted: new-high (priority), old-low (older) fill the guarantee.
+    assert names(borrowed_units(ledger, running, REQUESTER)) == [
+        ["new-low"],
+        ["nothing-guaranteed"],
+    ]
+
+
+def test_protection_ranks_by_priority_before_age() -> None:
+    ledger = book(q("borrower", guaranteed={"gpu": 1}))
+    running = [
+        pod("oldest", created="2024-01-01T00:00:00Z"),
+        pod("important", priority=5, created="2025-06-01T00:00:00Z"),
+    ]
+    assert names(borrowed_units(ledger, running, REQUESTER)) == [["oldest"]]
+
+
+def test_a_gang_is_a_unit_only_when_every_member_is_borrowed() -> None:
+    ledger = book(q("borrower", guaranteed={"gpu": 1}), q("free"))
+    whole = [pod("w0", "free", gang="g1"), pod("w1", "free", node="n2", gang="g1")]
+    split = [
+        pod("s0", priority=9, gang="g2"),  # protected: fills the guarantee
+        pod("s1", gang="g2"),
+    ]
+    units = borrowed_units(ledger, [*whole, *split], REQUESTER)
+    assert names(units) == [["w0", "w1"]]
+    (unit,) = units
+    assert unit.nodes == {"n1", "n2"} and unit.amounts == Amounts(2, 0)
+
+
+def test_the_fewest_victims_win_over_lower_priority() -> None:
+    units = [
+        Unit((pod("big", node="n1", gpus=2, priority=5),)),
+        Unit((pod("small-a", node="n2", priority=0),)),
+        Unit((pod("small-b", node="n2", priority=0),)),
+    ]
+    assert chosen(choose_victims(units, Nodes(2).fits)) == ("n1", ["big"])
+
+
+def test_then_the_lowest_priority() -> None:
+    units = [
+        Unit((pod("high", node="n1", priority=3),)),
+        Unit((pod("low", node="n2", priority=1),)),
+    ]
+    assert chosen(choose_victims(units, Nodes(1).fits)) == ("n2", ["low"])
+
+
+def test_then_the_newest() -> None:
+    units = [
+        Unit((pod("older", node="n1", created="2025-01-01T00:00:00Z"),)),
+        Unit((pod("newer", node="n2", created="2025-02-01T00:00:00Z"),)),
+    ]
+    assert chosen(choose_victims(units, Nodes(1).fits)) == ("n2", ["newer"])
+
+
+def test_on_one_node_the_cheapest_single_victim_is_preferred() -> None:
+    units = [
+        Unit((pod("a", priority=4),)),
+        Unit((pod("b", priority=1, created="2025-01-01T00:00:00Z"),)),
+        Unit((pod("c", priority=1, created="2025-05-01T00:00:00Z"),)),
+    ]
+    assert chosen(choose_victims(units, Nodes(1).fits)) == ("n1", ["c"])
+
+
+def test_nobody_is_chosen_when_nothing_makes_room() -> None:
+    units = [Unit((pod("a", node="n1"),)), Unit((pod("b", node="n2"),))]
+    nodes = Nodes(2)  # each node frees one GPU at most
+    assert choose_victims(units, nodes.fits) is None
+    assert choose_victims([], nodes.fits) is None
+
+
+def test_every_victim_chosen_is_needed() -> None:
+    units = [
+        Unit((pod("a", gpus=1, created="2025-03-01T00:00:00Z"),)),
+        Unit((pod("b", gpus=1, created="2025-02-01T00:00:00Z"),)),
+        Unit((pod("c", gpus=2, priority=9),)),
+    ]
+    nodes = Nodes(3)
+    result = choose_victims(units, nodes.fits)
+    assert chosen(result) == ("n1", ["a", "c"])  # a, b, c together fit; b is not needed
+    assert result is not None
+    node, picked = result
+    for unit in picked:
+        rest = [p for u in picked if u is not unit for p in u.pods]
+        assert not nodes.fits(node, rest)
+
+
+def test_a_gang_goes_whole_and_counts_every_member() -> None:
+    gang = Unit((pod("g0", gang="g"), pod("g1", gang="g")))
+    single = Unit((pod("one", node="n2", gpus=2, priority=7),))
+    # Two victims on n1 (the gang) against one on n2: n2, despite its priority.
+    assert chosen(choose_victims([gang, single], Nodes(2).fits)) == ("n2", ["one"])
+    assert chosen(choose_victims([gang], Nodes(2).fits)) == ("n1", ["g0", "g1"])

@@ -1,0 +1,95 @@
+"""GpuQueue specs read into numbers; every bad field is named with its queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dra_driver.queues import RECLAIM_BORROWED, RECLAIM_NEVER, QueueSpecError, parse_queue
+
+GI = 2**30
+
+
+def obj(spec: Any, name: str = "team") -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": "2025-01-02T03:04:05Z"}, "spec": spec}
+
+
+def test_a_full_spec_is_read_into_numbers() -> None:
+    spec = parse_queue(
+        obj(
+            {
+                "namespaces": ["a", "b-2"],
+                "parent": "org",
+                "guaranteed": {"gpu": "2", "memory": "80Gi"},
+                "limit": {"gpu": 4.5, "memory": "160Gi"},
+                "weight": 3,
+                "reclaim": RECLAIM_NEVER,
+            }
+        )
+    )
+    assert spec.name == "team" and spec.namespaces == ("a", "b-2") and spec.parent == "org"
+    assert (spec.guaranteed.gpu, spec.guaranteed.memory) == (2.0, 80 * GI)
+    assert (spec.limit.gpu, spec.limit.memory) == (4.5, 160 * GI)
+    assert spec.weight == 3.0 and spec.reclaim == RECLAIM_NEVER
+    assert spec.created == "2025-01-02T03:04:05Z" and not spec.last
+
+
+def test_an_empty_spec_has_no_bounds_weight_one_and_reclaims_borrowed() -> None:
+    spec = parse_queue(obj(None))
+    assert spec.guaranteed.is_empty() and spec.limit.is_empty()
+    assert spec.weight == 1.0 and spec.reclaim == RECLAIM_BORROWED and spec.parent is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "says"),
+    [
+        ("nope", "spec", "expected an object"),
+        ({"namespaces": "a"}, "spec.namespaces", "expected a list"),
+        ({"namespaces": ["ok", "Not_A_Name"]}, "spec.namespaces[1]", "not a namespace name"),
+        ({"namespaces": ["x" * 64]}, "spec.namespaces[0]", "not a namespace name"),
+        ({"namespaces": [7]}, "spec.namespaces[0]", "not a namespace name"),
+        ({"namespaces": ["a", "a"]}, "spec.namespaces", "listed twice"),
+        ({"parent": ""}, "spec.parent", "expected the name"),
+        ({"parent": 3}, "spec.parent", "expected the name"),
+        ({"parent": "team"}, "spec.parent", "its own parent"),
+        ({"guaranteed": ["1"]}, "spec.guaranteed", "expected an object"),
+        ({"guaranteed": {"cpu": "1"}}, "spec.guaranteed.cpu", "unknown resource"),
+        ({"guaranteed": {"gpu": "lots"}}, "spec.guaranteed.gpu", ""),
+        ({"guaranteed": {"gpu": True}}, "spec.guaranteed.gpu", "expected a quantity"),
+        ({"guaranteed": {"memory": "-1Gi"}}, "spec.guaranteed.memory", "negative"),
+        ({"limit": "4"}, "spec.limit", "expected an object"),
+        ({"limit": {"memory": [1]}}, "spec.limit.memory", "expected a quantity"),
+        ({"limit": {"gpu": -2}}, "spec.limit.gpu", "negative"),
+        ({"guaranteed": {"gpu": 4}, "limit": {"gpu": 2}}, "spec.limit.gpu", "below the guarantee"),
+        (
+            {"guaranteed": {"memory": "2Gi"}, "limit": {"memory": "1Gi"}},
+            "spec.limit.memory",
+            "below the guarantee",
+        ),
+        ({"weight": "heavy"}, "spec.weight", "expected a number"),
+        ({"weight": True}, "spec.weight", "expected a number"),
+        ({"weight": 0}, "spec.weight", "above 0"),
+        ({"weight": -1}, "spec.weight", "above 0"),
+        ({"weight": 10_001}, "spec.weight", "at most"),
+        ({"weight": float("nan")}, "spec.weight", "above 0"),
+        ({"reclaim": "Sometimes"}, "spec.reclaim", "Borrowed or Never"),
+    ],
+)
+def test_every_bad_field_is_named_with_the_queue(spec: Any, field: str, says: str) -> None:
+    with pytest.raises(QueueSpecError) as err:
+        parse_queue(obj(spec))
+    message = str(err.value)
+    assert message.startswith(f"GpuQueue team: {field}: "), message
+    assert says in message
+
+
+@pytest.mark.parametrize("meta", [None, {}, {"name": ""}, {"name": 5}])
+def test_a_queue_without_a_name_is_refused(meta: Any) -> None:
+    with pytest.raises(QueueSpecError, match=r"^GpuQueue: metadata\.name is missing"):
+        parse_queue({"metadata": meta, "spec": {}})
+
+
+def test_limit_equal_to_the_guarantee_is_fine() -> None:
+    spec = parse_queue(obj({"guaranteed": {"gpu": 2}, "limit": {"gpu": 2}}))
+    assert spec.limit.gpu == spec.guaranteed.gpu == 2.0
