@@ -14,8 +14,9 @@ capacity, sampled from the controller's queue gauges); for the starved queue the
 arrival until it holds its guarantee, and its pods' latency p50/p99; evictions.
 
 The API server and the controller run as processes (as in bench_controller); this process plays
-the resourceclaim controller: when a pod is gone, it deletes the pod's claim, which the
-controller then releases (no kubelet runs here, so evicted pods go at once).
+the resourceclaim controller: when a pod is gone, it drops the pod from its claim's
+`reservedFor` and deletes the claim, which the controller then releases (no kubelet runs here,
+so evicted pods go at once).
 """
 
 from __future__ import annotations
@@ -170,7 +171,18 @@ class Cluster:
         with self._lock:
             self._known.discard(key)
             self.deleted.add(key)
+        # As the resourceclaim controller does: the pod leaves `reservedFor`, and a claim
+        # made for the pod goes with it.
         try:
+            self._objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                key[0],
+                "resourceclaims",
+                key[1],
+                {"status": {"reservedFor": None}},
+                _content_type="application/merge-patch+json",
+            )
             self._objects.delete_namespaced_custom_object(
                 GROUP, VERSION, key[0], "resourceclaims", key[1]
             )
@@ -196,6 +208,10 @@ def scrape(port: int) -> dict[str, float]:
         if match:
             found["evictions"] = found.get("evictions", 0.0) + float(match[1])
     return found
+
+
+def utilisation(gauges: dict[str, float], capacity: int) -> float:
+    return sum(v for k, v in gauges.items() if k.startswith("used:")) / capacity
 
 
 def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
@@ -253,12 +269,13 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         for namespace, name, _ in burst:
             core.create_namespaced_pod(namespace, pod_body(namespace, name), _preload_content=False)
         # The burst is over once nothing more is placed for a while.
-        samples: list[float] = []
+        samples: list[tuple[float, float]] = []
+        """(when, allocated GPU-equivalents / capacity)."""
         placed, still = 0, time.perf_counter()
         while time.perf_counter() - still < 3.0:
             time.sleep(0.25)  # sampling another process's gauges
             used = scrape(metrics)
-            samples.append(sum(v for k, v in used.items() if k.startswith("used:")) / capacity)
+            samples.append((time.perf_counter(), utilisation(used, capacity)))
             count = len(cluster.lifted)
             if count != placed:
                 placed, still = count, time.perf_counter()
@@ -274,10 +291,10 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         while time.perf_counter() < deadline:
             time.sleep(0.25)  # sampling another process's gauges
             used = scrape(metrics)
-            samples.append(sum(v for k, v in used.items() if k.startswith("used:")) / capacity)
-            if len(cluster.lifted_in(starved_ns)) >= share:
+            samples.append((time.perf_counter(), utilisation(used, capacity)))
+            if reached is None and len(cluster.lifted_in(starved_ns)) >= share:
                 reached = time.perf_counter() - arrived
-                break
+                deadline = min(deadline, time.perf_counter() + 3.0)  # and a little after
             if not queues and time.perf_counter() - arrived > 10:
                 break  # without queues nobody reclaims: it never gets there
         latencies = sorted(t - arrived for t in cluster.lifted_in(starved_ns).values())
@@ -297,7 +314,9 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
             return None
         return round(values[min(len(values) - 1, round(q * (len(values) - 1)))], 2)
 
-    busy = [s for s in samples if s > 0]
+    # Demand exceeds capacity from the end of the burst's placements to the end: the cluster
+    # should stay full, through reclaim (evicted pods' GPUs idle until the starved pods get them).
+    busy = [u for t, u in samples if burst_times and t >= burst_times[-1]]
     return {
         "nodes": nodes,
         "gpus": capacity,
@@ -307,8 +326,9 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         "burst_pods_per_s": None if math.isnan(burst_s) else round(placed / burst_s, 1),
         "controller_cpu_ms_per_placed_pod": round(1000 * cpu_burst / max(1, placed), 2),
         "utilisation_while_overloaded": {
-            "mean": round(sum(busy[-20:]) / len(busy[-20:]), 4) if busy else None,
-            "min_after_fill": round(min(busy[-20:]), 4) if busy else None,
+            "mean": round(sum(busy) / len(busy), 4) if busy else None,
+            "min": round(min(busy), 4) if busy else None,
+            "samples": len(busy),
         },
         "starved_queue": {
             "guarantee_gpus": share,
