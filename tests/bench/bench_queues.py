@@ -57,6 +57,7 @@ DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"
 GROUP, VERSION = "resource.k8s.io", "v1"
 QUEUES = 4
+QUIET_S = 8.0
 #: (GPU-equivalents, share of pods): whole GPU, two GPUs, a 3g.40gb slice (4 of 8 slices).
 SHAPES = ((1.0, 0.6), (2.0, 0.2), (0.5, 0.2))
 
@@ -271,8 +272,11 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         # The burst is over once nothing more is placed for a while.
         samples: list[tuple[float, float]] = []
         """(when, allocated GPU-equivalents / capacity)."""
+        # Over once something was placed and then nothing more for QUIET_S (every pod that
+        # fits is placed within one or two passes; the rest wait for capacity).
         placed, still = 0, time.perf_counter()
-        while time.perf_counter() - still < 3.0:
+        give_up = still + 600
+        while (not placed or time.perf_counter() - still < QUIET_S) and still < give_up:
             time.sleep(0.25)  # sampling another process's gauges
             used = scrape(metrics)
             samples.append((time.perf_counter(), utilisation(used, capacity)))
