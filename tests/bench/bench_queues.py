@@ -276,7 +276,9 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         # fits is placed within one or two passes; the rest wait for capacity).
         placed, still = 0, time.perf_counter()
         give_up = still + 600
-        while (not placed or time.perf_counter() - still < QUIET_S) and still < give_up:
+        while (
+            not placed or time.perf_counter() - still < QUIET_S
+        ) and time.perf_counter() < give_up:
             time.sleep(0.25)  # sampling another process's gauges
             used = scrape(metrics)
             samples.append((time.perf_counter(), utilisation(used, capacity)))
