@@ -421,7 +421,17 @@ class QueuePass:
                         view.snapshot, self.keeper.settings.driver_name, allocation
                     )
                     placer.release(allocation, allocation_node(allocation) or "*")
-            return spec.guaranteed.covers(used + asks)
+            if not spec.guaranteed.covers(used + asks):
+                return False
+            # Room on the devices is not enough when an ancestor's limit, reached by
+            # siblings that borrowed, holds the pod back: the victims must free that too.
+            for victim in freed:
+                self.ledger.remove(victim.queue, victim.amounts)
+            try:
+                return self.ledger.refusal(queue, asks) is None
+            finally:
+                for victim in freed:
+                    self.ledger.add(victim.queue, victim.amounts)
 
         return choose_victims(units, fits)
 

@@ -355,7 +355,9 @@ class Reconciler:
                         continue
                     for key in list(outcome.allocations):
                         self.view.forget(key)
-                    outcome = Unallocatable(refusal)
+                    # A queue within its guarantee held back by an ancestor's limit that
+                    # siblings reached by borrowing reclaims from them as for devices.
+                    outcome = Unallocatable(order.failed(pods, Unallocatable(refusal)))
                 elif isinstance(outcome, Unallocatable):
                     outcome = Unallocatable(order.failed(pods, outcome))
                 self._failed(pods, outcome)

@@ -257,6 +257,8 @@ class QueuedReplay:
                 continue
             if self._admit(now, job, placement, ledger):
                 changed = True
+            else:  # held back by a limit: reclaim as the controller does (siblings borrowed)
+                changed = self._reclaim(now, job, ledger) or changed
 
     def _admit(self, now: float, job: Job, placement: PodPlacement, ledger: Ledger) -> bool:
         asks = self.amounts(placement.allocations or [])
@@ -316,7 +318,16 @@ class QueuedReplay:
                     self.cluster.restore_pod(placement)
             if allocations is None:
                 return False
-            return spec.guaranteed.covers(used + self.amounts(allocations))
+            asks = self.amounts(allocations)
+            if not spec.guaranteed.covers(used + asks):
+                return False
+            for victim in freed:  # an ancestor's limit must allow the pod once they are gone
+                ledger.remove(victim.queue, victim.amounts)
+            try:
+                return ledger.refusal(job.queue, asks) is None
+            finally:
+                for victim in freed:
+                    ledger.add(victim.queue, victim.amounts)
 
         return fits
 

@@ -333,3 +333,35 @@ def test_the_controller_calls_the_queue_resource_the_crd_defines() -> None:
         QVERSION,
         QPLURAL,
     )
+
+
+async def test_a_team_held_back_by_its_organisations_limit_reclaims_from_a_sibling(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # A free GPU is not enough: the organisation's limit of 2 is reached by team a, which
+    # borrowed team b's idle share. Team b (within its guarantee) gets it back by reclaim.
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:3")
+    queue(api, "org", guaranteed={"gpu": "2"}, limit={"gpu": "2"})
+    queue(api, "a", parent="org", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "b", parent="org", namespaces=["qb"], guaranteed={"gpu": "1"})
+    gpu_pod(cluster, "qa", "a1")
+    gpu_pod(cluster, "qa", "a2")
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"), ("qa", "a2"))
+        await passes(daemon)
+        assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        await eventually(lambda: read_pod(cluster, "qa", "a2") is None, what="a2 evicted")
+        assert read_pod(cluster, "qa", "a1") is not None
+        release_claims_of_gone_pods(cluster, "qa")
+        await eventually(
+            lambda: daemon.view.claims[("qa", "a2")].get("status", {}).get("reservedFor") is None,
+            what="a2's claim released in the view",
+        )
+        await passes(daemon, 3)
+        assert not gated(cluster, "qb", "b1")
+    finally:
+        daemon.stop_watches()
