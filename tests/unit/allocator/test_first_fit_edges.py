@@ -404,3 +404,16 @@ def test_the_search_gives_up_after_its_budget_of_candidate_checks() -> None:
 
     assert search(3) == (True, None)
     assert search(2) == (False, "gave up after 2 candidate checks")
+    four = [plan_claim(snapshot, claim("c", request("r", exactly(count=4))))]
+    result = search_node(
+        snapshot, Usage(), four, "node-a", AllocationMode.FIRST_FIT, ScoringPolicy()
+    )
+    assert (result.allocations, result.reason, result.score) == (
+        None,
+        "the claims do not fit",
+        None,
+    )
+    fits = search_node(
+        snapshot, Usage(), plans, "node-a", AllocationMode.FIRST_FIT, ScoringPolicy()
+    )
+    assert fits.allocations is not None and fits.score is None

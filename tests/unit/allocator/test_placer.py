@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, ScoringPolicy, Usage
+from dra_driver.allocator import (
+    AllocationMode,
+    ClusterSnapshot,
+    Placer,
+    ScoringPolicy,
+    Usage,
+    allocate_on_node,
+)
 from dra_driver.allocator.placement import warm_class_verdicts
 from tests.unit.allocator.objects import (
     GPU_CLASS,
@@ -110,6 +117,15 @@ def test_the_reason_names_at_most_three_nodes() -> None:
         assert placed.reason == f"no node fits ({count} tried): {named}{tail}"
 
 
+def test_a_node_that_does_not_fit_says_why() -> None:
+    result = allocate_on_node(cluster(("node-a",)), Usage(), [gpus("c", 2)], "node-b")
+    assert (result.node, result.allocations) == ("node-b", None)
+    assert result.reason == "no devices are published for this node"
+    result = allocate_on_node(cluster(("node-a",)), Usage(), [gpus("c", 2)], "node-a")
+    assert (result.node, result.allocations) == ("node-a", None)
+    assert result.reason == "claim ns/c request r (class gpu) needs 2 device(s), 1 usable"
+
+
 def test_the_reason_without_explanations_or_nodes() -> None:
     snapshot = cluster(("node-a",))
     quiet = Placer(snapshot, Usage(), explain_failures=False)
@@ -128,7 +144,7 @@ def test_warming_evaluates_class_selectors_ahead_of_claims() -> None:
         slice_("sa", [dev("a0"), dev("a1", kind="mig")], node="node-a"),
         slice_("sb", [dev("b0", kind="vf")], node="node-b"),
     ]
-    snapshot = ClusterSnapshot.build(slices, [by_type, broken])
+    snapshot = ClusterSnapshot.build(slices, [broken, by_type])
     warm_class_verdicts(snapshot, ["node-a"])
     warmed = snapshot.evaluator.evaluations
     assert warmed == 2  # one verdict per distinct (type) on node-a; the broken class is skipped

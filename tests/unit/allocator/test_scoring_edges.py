@@ -211,6 +211,11 @@ def test_loss_of_two_halves_counts_the_first_pick_in_the_second() -> None:
     assert loss_of(*HALVES, claim("c", request("r", exactly("mig", 2)))) == 1.0
     one = loss_of(*HALVES, claim("c", request("r", exactly("mig"))))
     assert one == round(1 / 1.5, 9)
+    # Out of steps, only first-fit's answer is scored: the same loss, replayed pick by pick.
+    baseline = loss_of(
+        *HALVES, claim("c", request("r", exactly("mig", 2))), policy=ScoringPolicy(max_steps=1)
+    )
+    assert baseline == 1.0
 
 
 def test_loss_of_a_device_alone_on_its_counters_or_without_counters_is_nothing() -> None:
