@@ -159,11 +159,11 @@ def test_an_all_request_that_matches_no_device_does_not_fit() -> None:
 
 def test_an_all_entry_with_a_member_in_use_or_tainted_gives_way_to_the_next_entry() -> None:
     c = claim("c", first_available("r", ("all", exactly(allocationMode="All")), ("one", exactly())))
-    slices = [slice_("s", [dev("a"), dev("b"), dev("c")])]
-    found = one(slices, c, claim("old", request("r", exactly())))
-    # "old" took "a"; the All entry stops at it and gives nothing back half-taken.
+    slices = [slice_("s", [dev("a"), dev("b"), dev("c", kind="mig")])]
+    found = one(slices, c, claim("old", request("r", exactly("mig"))))
+    # "old" took "c", the last member: the All entry gives back "a" and "b" it had taken.
     assert found is not None
-    assert [(r["request"], r["device"]) for r in found["devices"]["results"]] == [("r/one", "b")]
+    assert [(r["request"], r["device"]) for r in found["devices"]["results"]] == [("r/one", "a")]
     tainted = [slice_("s", [dev("a"), dev("b", taints=NO_SCHEDULE)])]
     found = one(tainted, c)
     assert found is not None
