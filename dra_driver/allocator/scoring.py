@@ -225,7 +225,7 @@ class ScoredSearch:
     def _record(self) -> None:
         picks = list(self.state.picks)
         self.solutions.append(
-            (score_of(self.state, picks, tuple(self.choices), self.policy), picks)
+            (score_of(self.state, picks, tuple(self.choices), self.policy, self.prefer), picks)
         )
 
     def _request(self, claim: int, request: int) -> None:

@@ -429,15 +429,18 @@ def partitioned_clusters(draw: st.DrawFn) -> Cluster:
         pick = _Picker(draw)
         devices: list[Obj] = []
         counter_sets: list[Obj] = []
-        for gpu in range(pick.choice((1, 1, 2))):
+        for gpu in range(pick.choice((2, 2, 2, 1))):
             counter_set = f"gpu-{gpu}"
             counter_sets.append({"name": counter_set, "counters": {"mem": {"value": "4"}}})
-            devices.append(_part(pick, f"gpu-{gpu}", "gpu", counter_set, 4, gpu))
-            devices.append(_part(pick, f"gpu-{gpu}-half-0", "mig", counter_set, 2, gpu))
+            whole = _part(pick, f"gpu-{gpu}", "gpu", counter_set, 4, gpu)
+            parts = [_part(pick, f"gpu-{gpu}-half-0", "mig", counter_set, 2, gpu)]
             if pick.chance(0.6):
-                devices.append(_part(pick, f"gpu-{gpu}-half-1", "mig", counter_set, 2, gpu))
+                parts.append(_part(pick, f"gpu-{gpu}-half-1", "mig", counter_set, 2, gpu))
             if pick.chance(0.6):
-                devices.append(_part(pick, f"gpu-{gpu}-shared", "shared", counter_set, 2, gpu))
+                parts.append(_part(pick, f"gpu-{gpu}-shared", "shared", counter_set, 2, gpu))
+            # Which comes first decides what a claim for any GPU takes: the whole GPU, or a part
+            # that leaves room for the next claim.
+            devices.extend([*parts, whole] if pick.chance(0.5) else [whole, *parts])
         slices.append(
             {
                 "metadata": {"name": f"{node}-gpus"},
@@ -476,7 +479,7 @@ def _contending_ask(pick: _Picker, *, sub: bool) -> Obj:
 
 
 @st.composite
-def contending_claims(draw: st.DrawFn, count: tuple[int, int] = (2, 4)) -> list[Obj]:
+def contending_claims(draw: st.DrawFn, count: tuple[int, int] = (3, 4)) -> list[Obj]:
     """Claims for `partitioned_clusters`: admin access, taints and shares are common."""
     found: list[Obj] = []
     for number in range(draw(st.integers(*count))):

@@ -74,3 +74,41 @@ def test_checker_does_not_import_the_allocators_device_value() -> None:
                 assert node.module != "dra_driver.cel.device_value", path
                 names = {alias.name for alias in node.names}
                 assert "device_variable" not in names, path
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ({"attributes": {"v": {"version": "1.02.0"}}}, "attribute v: '1.02.0' is not a semantic"),
+        ({"attributes": {"v": 5}}, "attribute v is not an object"),
+        ({"attributes": {"v": {"int": 1, "string": "x"}}}, "attribute v must hold exactly one"),
+        ({"attributes": {"v": {"int": True}}}, "attribute v: int value True has the wrong type"),
+        ({"capacity": {"memory": 5}}, "capacity memory has no quantity value"),
+        ({"capacity": {"memory": {"value": "lots"}}}, "capacity memory: "),
+        (
+            {"attributes": {"x": {"int": 1}, f"{DRIVER}/x": {"int": 2}}},
+            f"{DRIVER}/x names {DRIVER}/x a second time",
+        ),
+    ],
+)
+def test_checker_says_which_attribute_or_capacity_it_refuses(
+    device: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(DeviceValueError) as caught:
+        checker_device_variable(DRIVER, {"name": "d", **device})
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'device.attributes["{DRIVER}"].v == semver("1.0.0-alpha.10")',
+        f'device.attributes["{DRIVER}"].v.isGreaterThan(semver("1.0.0-alpha.9"))',
+        f'device.attributes["{DRIVER}"].v.isLessThan(semver("1.0.0"))',
+    ],
+)
+def test_checker_reads_the_pre_release_of_a_version(expression: str) -> None:
+    variable = checker_device_variable(
+        DRIVER, {"name": "d", "attributes": {"v": {"version": "1.0.0-alpha.10"}}}
+    )
+    assert CelEnvironment().compile(expression).evaluate(variable) is True
