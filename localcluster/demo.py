@@ -107,6 +107,7 @@ async def run_demo(
         for report in reports.values():
             _print_pod(report, out)
         await _delete_and_check_release(cluster, reports, deadline=time.monotonic() + 30)
+        await asyncio.to_thread(_delete_claims, cluster, documents)
         queue_problems = await two_teams(cluster, out) if queues else []
     failed = [r for r in reports.values() if not r.ok]
     print(file=out)
@@ -148,6 +149,18 @@ def _read_pods(cluster: LocalCluster, reports: dict[tuple[str, str], PodReport])
         report.error = annotations.get(PREPARE_ERROR_ANNOTATION)
         if report.node is None:
             report.error = report.error or "not scheduled: no node has the devices it asks for"
+
+
+def _delete_claims(cluster: LocalCluster, documents: list[dict[str, Any]]) -> None:
+    """The examples' own ResourceClaims go too, as `kubectl delete -f` would remove them: the
+    scheduler's stand-in does not clear the allocation of a claim nobody reserves any more (the
+    upstream claim controller does), so a shared claim would keep its GPU from the queues."""
+    assert cluster.dyn is not None
+    resource = cluster.dyn.resources.get(api_version="resource.k8s.io/v1", kind="ResourceClaim")
+    for doc in documents:
+        if doc.get("kind") == "ResourceClaim":
+            meta = doc["metadata"]
+            resource.delete(name=meta["name"], namespace=meta.get("namespace") or "default")
 
 
 def _items(cluster: LocalCluster, api_version: str, kind: str) -> list[dict[str, Any]]:

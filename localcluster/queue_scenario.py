@@ -145,6 +145,18 @@ class _Teams:
             1 for e in self.core.list_namespaced_event("qa").items if e.reason == "Reclaimed"
         )
 
+    def why_waiting(self, team: str) -> str:
+        """The controller's reason for the first pod of the team that does not run."""
+        kind = f"{self.driver}/DevicesAllocated"
+        for pod in self.pods(team):
+            if PREPARED_ANNOTATION in (pod.metadata.annotations or {}):
+                continue
+            for cond in pod.status.conditions or []:
+                if cond.type == kind:
+                    return f"{pod.metadata.name}: {cond.message}"
+            return f"{pod.metadata.name}: no condition yet"
+        return "every pod runs"
+
     def waiting_because(self, team: str, words: str) -> int:
         kind = f"{self.driver}/DevicesAllocated"
         count = 0
@@ -183,7 +195,8 @@ async def two_teams(cluster: LocalCluster, out: TextIO, timeout_s: float = 120.0
 
     await asyncio.to_thread(teams.create_pods, "a", range(total))
     if not await _until(lambda: teams.running("a") == total, timeout_s):
-        return [f"queue a: {teams.running('a')} of {total} pods run; all should (borrowing)"]
+        why = await asyncio.to_thread(teams.why_waiting, "a")
+        return [f"queue a: {teams.running('a')} of {total} pods run; all should (borrowing): {why}"]
     print(f"  queue a runs {total} pods: {half} within its guarantee, {half} borrowed", file=out)
 
     started = time.monotonic()
