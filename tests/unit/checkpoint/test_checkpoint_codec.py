@@ -279,3 +279,34 @@ def test_damage_is_reported_as_corruption_naming_file_and_field(
 
 def test_valid_documents_used_above_do_decode() -> None:
     assert set(decode_checkpoint(_document(_GOOD), SOURCE).claims) == {"u"}
+
+
+def test_mps_daemons_are_added_and_removed_without_changing_the_original() -> None:
+    daemon = MpsDaemonRecord(uuid="GPU-a", minor=0, pid=42, pipe_dir="/p", log_dir="/l")
+    empty = Checkpoint(boot_id="boot")
+    one = empty.with_mps_daemon(daemon)
+    assert empty.mps_daemons == {}
+    assert one.mps_daemons == {"GPU-a": daemon}
+    assert one.without_mps_daemon("GPU-a").mps_daemons == {}
+    assert one.mps_daemons == {"GPU-a": daemon}
+    assert one.without_mps_daemon("GPU-b") is one
+
+
+def test_plain_encoding_of_daemons_matches_the_file() -> None:
+    daemon = MpsDaemonRecord(uuid="GPU-a", minor=3, pid=42, pipe_dir="/p", log_dir="/l")
+    checkpoint = Checkpoint(boot_id="boot").with_claim(_claim("a")).with_mps_daemon(daemon)
+    data = checkpoint_to_data(checkpoint)
+    assert data["mpsDaemons"] == {
+        "GPU-a": {"uuid": "GPU-a", "minor": 3, "pid": 42, "pipeDir": "/p", "logDir": "/l"}
+    }
+    assert json.loads(encode_checkpoint(checkpoint))["data"] == data
+
+
+def test_newer_version_error_says_what_to_do() -> None:
+    error = NewerCheckpointError(SOURCE, 3, 1)
+    assert (error.version, error.supported) == (3, 1)
+    assert str(error) == (
+        f"checkpoint {SOURCE}: format version 3 is newer than the newest this plugin reads (1); "
+        "it was written by a newer plugin. Upgrade the plugin again, or move the file aside to "
+        "start empty (MIG instances made by prepared claims will then be treated as unowned)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,46 @@ def test_unreadable_file_raises(path: Path) -> None:
     path.mkdir(parents=True)  # a directory where the file should be
     with pytest.raises(CheckpointError, match=f"checkpoint {path}: cannot read"):
         CheckpointStore(path).load(BOOT)
+
+
+def test_a_file_that_cannot_be_moved_aside_is_an_error_naming_both_paths(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage")
+
+    def fail(*_: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "rename", fail)
+    with pytest.raises(CheckpointError) as caught:
+        CheckpointStore(path).load(BOOT)
+    message = str(caught.value)
+    assert message.startswith(f"checkpoint {path}: not valid JSON")
+    assert f"; moving it aside to {path}.corrupt-" in message
+    assert message.endswith(" failed: Read-only file system")
+    assert path.read_bytes() == b"garbage"
+
+
+class _FrozenClock:
+    """`datetime` with a `now` that never moves: corruptions within one clock tick."""
+
+    @staticmethod
+    def now(tz: object) -> datetime:
+        assert tz is UTC
+        return datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+
+
+def test_moved_aside_copies_are_named_by_utc_time_and_numbered_within_one_tick(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dra_driver.checkpoint.store.datetime", _FrozenClock)
+    path.parent.mkdir(parents=True)
+    names = []
+    for content in (b"one", b"two", b"three"):
+        path.write_bytes(content)
+        aside = CheckpointStore(path).load(BOOT).moved_aside_to
+        assert aside is not None and aside.read_bytes() == content
+        names.append(aside.name)
+    stamp = f"{path.name}.corrupt-20240102T030405.000006Z"
+    assert names == [stamp, f"{stamp}-1", f"{stamp}-2"]
