@@ -124,8 +124,18 @@ def test_each_device_gets_its_own_environment_keys_and_mounts() -> None:
     assert cdi_id(KIND, "uid-mig") == f"{KIND}=uid-mig"
     # Any character a name may hold that an environment key may not becomes an underscore.
     assert env_key("gpu-0.ts/1:a") == "DRA_DEVICE_GPU_0_TS_1_A"
+    assert env_key("Gpu9") == "DRA_DEVICE_GPU9"
 
 
 def test_real_gpu_nodes_come_from_the_host_dev_by_default() -> None:
     with pytest.raises(CdiError, match="device node /dev/nvidia4242 does not exist"):
         HostDeviceNodes().for_device(_gpu(4242))
+
+
+def test_a_claim_spec_gives_each_real_gpu_its_own_node(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, gpus=2)
+    spec = claim_spec(KIND, [_gpu(1), _gpu(0)], HostDeviceNodes(fake.dev, tmp_path))
+    assert [[n.path for n in d.edits.device_nodes] for d in spec.devices] == [
+        ["/dev/nvidia1"],
+        ["/dev/nvidia0"],
+    ]
