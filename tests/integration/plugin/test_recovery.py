@@ -17,7 +17,7 @@ from kubernetes import client
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.cdi import CdiSpecDir
-from dra_driver.checkpoint import CheckpointStore, ClaimState, decode_checkpoint
+from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
@@ -153,3 +153,56 @@ async def test_a_corrupt_checkpoint_is_reset_with_a_warning_event(
     ]
     assert len(warnings) == 1
     assert "checksum mismatch" in warnings[0] and str(aside) in warnings[0]
+
+
+async def test_every_record_is_checked_after_one_whose_spec_is_gone(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    claim = create_claim(api, [result("gpu", "gpu-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, claim)
+    # Records are checked in the file's (sorted) order: one whose spec is gone comes first,
+    # then one whose claim no longer exists.
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    (record,) = store.load(boot_id).checkpoint.claims.values()
+    CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND)[record.uid].unlink()
+    first = replace(record, uid="00000000-0000-4000-8000-000000000001", cdi_spec=None)
+    gone = replace(record, uid="ffffffff-ffff-4fff-8fff-ffffffffffff", name="gone", cdi_spec=None)
+    store.save(Checkpoint(boot_id=boot_id).with_claim(first).with_claim(gone))
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+
+
+@pytest.mark.parametrize(
+    ("state", "busy"),
+    [
+        (ClaimState.PREPARE_STARTED, False),
+        (ClaimState.PREPARE_STARTED, True),
+        (ClaimState.PREPARE_COMPLETED, True),
+    ],
+    ids=["rolled-back", "rollback-fails", "unprepare-fails"],
+)
+async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_next(
+    server: ApiServer, api: client.ApiClient, root: Path, state: ClaimState, busy: bool
+) -> None:
+    claim = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, claim)
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    (record,) = store.load(boot_id).checkpoint.claims.values()
+    (instance,) = gpus(root).gpu_instances(1)
+    if busy:  # destroying its MIG device fails: the claim is kept for kubelet to retry
+        gpus(root).mark_busy(1, instance.gi_id)
+    # A record under another UID (its claim is gone, or it was being prepared), sorted before
+    # one that must be dropped too.
+    first = replace(record, uid="00000000-0000-4000-8000-000000000001", state=state)
+    last = replace(record, uid="ffffffff-ffff-4fff-8fff-ffffffffffff", devices=(), mig_instances=())
+    store.save(Checkpoint(boot_id=boot_id).with_claim(first).with_claim(last))
+    async with plugin(server, root) as running:
+        kept = set(running.daemon.preparer.checkpoint.claims)
+        assert kept == ({first.uid} if busy else set())
+        assert len(running.backend.gpu_instances(1)) == (1 if busy else 0)
+        if busy:
+            running.backend.clear_busy(1, instance.gi_id)
