@@ -28,7 +28,7 @@ cd "$ROOT"
 PLUGIN="tests/integration/plugin"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py \
-$PLUGIN/test_mps.py"
+$PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"
   [kubeletplugin.prepare.container_edits]="tests/unit/kubeletplugin/test_container_edits.py"

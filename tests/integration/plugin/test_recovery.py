@@ -206,3 +206,26 @@ async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_ne
         assert len(running.backend.gpu_instances(1)) == (1 if busy else 0)
         if busy:
             running.backend.clear_busy(1, instance.gi_id)
+
+
+async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    made, other = (
+        create_claim(api, [result("mig", device, NODE)])
+        for device in ("gpu-0-mig-2g20gb-4", "gpu-0-mig-1g10gb-0")
+    )
+    async with plugin(server, root) as running:
+        await prepare(running, made, other)
+    # What a crash between creating the GPU instance and saving it leaves: a started record
+    # without the instance. Recovery looks for it at the claim's placement.
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    record = loaded.checkpoint.claims[made[1]]
+    started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=())
+    store.save(loaded.checkpoint.with_claim(started))
+    assert len(gpus(root).gpu_instances(0)) == 2
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {other[1]}
+        (left,) = running.backend.gpu_instances(0)
+        assert left.profile == "1g.10gb"
