@@ -386,3 +386,30 @@ def test_a_daemon_under_another_key_is_corruption() -> None:
 
 def test_a_checkpoint_without_claims_or_daemons_is_empty() -> None:
     assert decode_checkpoint(_document({"bootId": "b"}), SOURCE) == Checkpoint(boot_id="b")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1]", "the top level is not a JSON object"),
+        ('{"version": 1, "checksum": "x"}', "'data' is missing or not an object"),
+        (json.dumps({"version": 1, "data": _GOOD}), "'checksum' is missing or not a string"),
+        (
+            json.dumps({"version": 1, "checksum": "0123456789abcdef" * 4, "data": _GOOD}),
+            "checksum mismatch (recorded 0123456789abcdef..., content "
+            f"{checksum(canonical_json(_GOOD))[:16]}...)",
+        ),
+    ],
+)
+def test_damage_messages_name_the_file_and_say_no_more_than_needed(text: str, message: str) -> None:
+    with pytest.raises(CorruptCheckpointError) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert str(caught.value) == f"checkpoint {SOURCE}: {message}"
+
+
+def test_a_newer_version_says_which_one_this_plugin_reads() -> None:
+    text = _document({"bootId": "b"}, version=CURRENT_VERSION + 5)
+    with pytest.raises(NewerCheckpointError) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert caught.value.supported == CURRENT_VERSION
+    assert f"the newest this plugin reads ({CURRENT_VERSION})" in str(caught.value)
