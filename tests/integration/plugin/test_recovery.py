@@ -16,8 +16,10 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.mig import create_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
+from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
@@ -224,8 +226,14 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
     record = loaded.checkpoint.claims[made[1]]
     started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=())
     store.save(loaded.checkpoint.with_claim(started))
-    assert len(gpus(root).gpu_instances(0)) == 2
+    # And a MIG device an administrator made, which no claim owns: it is not the claim's.
+    static = create_mig_device(gpus(root), 0, "1g.10gb", MigPlacement(2, 1))
+    assert len(gpus(root).gpu_instances(0)) == 3
     async with plugin(server, root) as running:
         assert set(running.daemon.preparer.checkpoint.claims) == {other[1]}
-        (left,) = running.backend.gpu_instances(0)
-        assert left.profile == "1g.10gb"
+        left = running.backend.gpu_instances(0)
+        assert sorted((i.profile, i.placement.start) for i in left) == [
+            ("1g.10gb", 0),
+            ("1g.10gb", 2),
+        ]
+        assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
