@@ -226,14 +226,15 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
     record = loaded.checkpoint.claims[made[1]]
     started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=())
     store.save(loaded.checkpoint.with_claim(started))
-    # And a MIG device an administrator made, which no claim owns: it is not the claim's.
-    static = create_mig_device(gpus(root), 0, "1g.10gb", MigPlacement(2, 1))
+    # And a MIG device of the same profile that an administrator made, elsewhere on the GPU: no
+    # claim owns it, and it is not the claim's either.
+    static = create_mig_device(gpus(root), 0, "2g.20gb", MigPlacement(2, 2))
     assert len(gpus(root).gpu_instances(0)) == 3
     async with plugin(server, root) as running:
         assert set(running.daemon.preparer.checkpoint.claims) == {other[1]}
         left = running.backend.gpu_instances(0)
         assert sorted((i.profile, i.placement.start) for i in left) == [
             ("1g.10gb", 0),
-            ("1g.10gb", 2),
+            ("2g.20gb", 2),
         ]
         assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
