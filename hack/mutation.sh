@@ -2,26 +2,127 @@
 # Mutation testing (not part of the default test run): mutmut changes one thing at a time in the
 # modules listed under [tool.mutmut] in pyproject.toml and runs the tests that cover it; a mutant
 # that no test notices is a gap (or an equivalent change). Results go to docs/testing.md.
-# Usage: hack/mutation.sh [MODULE...]   e.g. hack/mutation.sh controller.writer
-#   MODULE is a dotted module name; without one, every configured module is run.
-# Progress goes to stderr; the summary of survivors goes to stdout.
+# Usage: hack/mutation.sh [--all-tests] [--max-children N] [MODULE...]
+#   e.g. hack/mutation.sh controller.writer
+#   MODULE is a dotted module or package name; without one, every module of the table below is
+#   run, one after the other.
+#   By default a module is run with the tests of its row in the table below (a module without a
+#   row gets the configured set); --all-tests uses the set configured in pyproject.toml
+#   (pytest_add_cli_args_test_selection) for every module. --max-children caps the mutants run
+#   at once (mutmut's default: one per CPU).
+# Progress goes to stderr; for each module, its counts and the list of survivors go to stdout.
+# Each run replaces the results of a run with another test set (mutmut starts over when the test
+# selection changes), so run one module at a time and read its results before the next.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/venv.sh
 source "$ROOT/hack/venv.sh"
 cd "$ROOT"
 
-if ! command -v mutmut >/dev/null 2>&1; then
+# The tests that exercise each module. mutmut maps every test to the functions it runs and tries
+# a mutant against those only, but each try pays for the set-up of the tests it runs (the plugin
+# tests start an API server per module), so a row holds the fastest tests that reach the module:
+# unit tests where they cover it, else the plugin tests that drive it in-process. The plugin's
+# crash tests are never listed: they run the plugin in a child process, where mutmut records
+# nothing, so no mutant is ever tried against them.
+PLUGIN="tests/integration/plugin"
+declare -A TESTS=(
+  [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py \
+$PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
+  [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
+  [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"
+  [kubeletplugin.prepare.container_edits]="tests/unit/kubeletplugin/test_container_edits.py"
+  [dra_driver.checkpoint]="tests/unit/checkpoint"
+  [controller.writer]="tests/unit/controller/test_writer.py tests/unit/controller/test_reconciler.py \
+tests/integration/allocation"
+)
+ORDER=(
+  dra_driver.checkpoint
+  kubeletplugin.prepare.container_edits
+  kubeletplugin.prepare.sharing
+  kubeletplugin.prepare.recovery
+  kubeletplugin.prepare.preparer
+  controller.writer
+)
+
+all_tests=0
+max_children=()
+modules=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --all-tests) all_tests=1 ;;
+    --max-children) max_children=(--max-children "$2"); shift ;;
+    --max-children=*) max_children=(--max-children "${1#*=}") ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "unknown option: $1" >&2; exit 2 ;;
+    *) modules+=("$1") ;;
+  esac
+  shift
+done
+if [ ${#modules[@]} -eq 0 ]; then
+  modules=("${ORDER[@]}")
+fi
+
+if ! python -c 'import mutmut' >/dev/null 2>&1; then
   echo "mutmut is missing: install the test extra (pip install -e '.[test]')" >&2
   exit 1
 fi
 
-patterns=()
-for module in "$@"; do
-  patterns+=("${module}.*")
-done
+# mutmut reads its configuration from pyproject.toml only; this runs its command line with two
+# settings of its configuration object (read once per process) replaced: the tests, by the
+# module's row, and the code it mutates, by the module alone (the rest of the tree is copied
+# unchanged through also_copy), which spares generating every other module's mutants again.
+run_mutmut() {
+  local selection="$1" source="$2"
+  shift 2
+  MUTATION_TESTS="$selection" MUTATION_SOURCE="$source" python - "$@" <<'EOF'
+import os
+import shlex
+import sys
+from pathlib import Path
 
-echo "==> mutmut run ${patterns[*]:-(every configured module)}" >&2
-mutmut run "${patterns[@]}" >&2
-echo "==> survivors" >&2
-mutmut results
+from mutmut.__main__ import cli
+from mutmut.configuration import config
+
+selection = os.environ["MUTATION_TESTS"]
+if selection:
+    config().pytest_add_cli_args_test_selection = shlex.split(selection)
+source = os.environ["MUTATION_SOURCE"]
+if source:
+    config().source_paths = [Path(source)]
+    config().resolved_mutated_source_paths = [Path.cwd().resolve() / "mutants" / source]
+cli(sys.argv[1:])
+EOF
+}
+
+for module in "${modules[@]}"; do
+  selection=""
+  if [ "$all_tests" -eq 0 ]; then
+    selection="${TESTS[$module]:-}"
+  fi
+  source="${module//.//}"
+  if [ -d "$source" ]; then
+    source="$source/"
+  elif [ -f "$source.py" ]; then
+    source="$source.py"
+  else
+    echo "no module ${module} (neither ${source}/ nor ${source}.py)" >&2
+    exit 2
+  fi
+  echo "==> mutmut run ${module} with ${selection:-the configured tests}" >&2
+  # mutmut prints its progress on stdout.
+  run_mutmut "$selection" "$source" run "${max_children[@]}" "${module}.*" >&2
+  echo "==> ${module}"
+  run_mutmut "$selection" "$source" results --all true | awk -v module="$module" '
+    {
+      key = $1; sub(/:$/, "", key); state = $0; sub(/^[^:]*: /, "", state)
+      if (index(key, module ".") != 1) next
+      total++; count[state]++
+      if (state != "killed") print
+    }
+    END {
+      printf "%s: %d mutants, %d killed, %d survived", module, total, count["killed"], count["survived"]
+      for (s in count) if (s != "killed" && s != "survived") printf ", %d %s", count[s], s
+      printf "\n"
+    }'
+done

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -279,3 +280,136 @@ def test_damage_is_reported_as_corruption_naming_file_and_field(
 
 def test_valid_documents_used_above_do_decode() -> None:
     assert set(decode_checkpoint(_document(_GOOD), SOURCE).claims) == {"u"}
+
+
+def test_mps_daemons_are_added_and_removed_without_changing_the_original() -> None:
+    daemon = MpsDaemonRecord(uuid="GPU-a", minor=0, pid=42, pipe_dir="/p", log_dir="/l")
+    empty = Checkpoint(boot_id="boot")
+    one = empty.with_mps_daemon(daemon)
+    assert empty.mps_daemons == {}
+    assert one.mps_daemons == {"GPU-a": daemon}
+    assert one.without_mps_daemon("GPU-a").mps_daemons == {}
+    assert one.mps_daemons == {"GPU-a": daemon}
+    assert one.without_mps_daemon("GPU-b") is one
+
+
+def test_plain_encoding_of_daemons_matches_the_file() -> None:
+    daemon = MpsDaemonRecord(uuid="GPU-a", minor=3, pid=42, pipe_dir="/p", log_dir="/l")
+    checkpoint = Checkpoint(boot_id="boot").with_claim(_claim("a")).with_mps_daemon(daemon)
+    data = checkpoint_to_data(checkpoint)
+    assert data["mpsDaemons"] == {
+        "GPU-a": {"uuid": "GPU-a", "minor": 3, "pid": 42, "pipeDir": "/p", "logDir": "/l"}
+    }
+    assert json.loads(encode_checkpoint(checkpoint))["data"] == data
+
+
+def test_newer_version_error_says_what_to_do() -> None:
+    error = NewerCheckpointError(SOURCE, 3, 1)
+    assert (error.version, error.supported) == (3, 1)
+    assert str(error) == (
+        f"checkpoint {SOURCE}: format version 3 is newer than the newest this plugin reads (1); "
+        "it was written by a newer plugin. Upgrade the plugin again, or move the file aside to "
+        "start empty (MIG instances made by prepared claims will then be treated as unowned)"
+    )
+
+
+def _full(**overrides: Any) -> dict[str, Any]:
+    """A document's data with every kind of record; `overrides` replace fields of the device
+    (`device_*`), the MIG instance (`mig_*`) or the daemon (`daemon_*`)."""
+    device: dict[str, Any] = {
+        "requestNames": ["r"],
+        "poolName": "p",
+        "deviceName": "gpu-0-shared",
+        "cdiDeviceIds": [],
+        "minor": 0,
+        "mpsThreadPercentage": 0,
+        "mpsPinnedMemoryBytes": 0,
+    }
+    mig: dict[str, Any] = {
+        "minor": 0,
+        "profile": "1g.10gb",
+        "giId": 0,
+        "ciId": 0,
+        "placementStart": 0,
+        "placementSize": 0,
+    }
+    daemon: dict[str, Any] = {
+        "uuid": "GPU-a",
+        "minor": 0,
+        "pid": 0,
+        "pipeDir": "/p",
+        "logDir": "/l",
+    }
+    for key, value in overrides.items():
+        kind, _, field = key.partition("_")
+        {"device": device, "mig": mig, "daemon": daemon}[kind][field] = value
+    claim = {**_GOOD["claims"]["u"], "devices": [device], "migInstances": [mig]}
+    return {"bootId": "b", "claims": {"u": claim}, "mpsDaemons": {"GPU-a": daemon}}
+
+
+def test_zero_is_a_valid_value_of_every_integer_field() -> None:
+    decoded = decode_checkpoint(_document(_full()), SOURCE)
+    (device,) = decoded.claims["u"].devices
+    assert (device.mps_thread_percentage, device.mps_pinned_memory_bytes) == (0, 0)
+    assert decoded.claims["u"].mig_instances == (MigInstanceRecord(0, "1g.10gb", 0, 0, None, 0, 0),)
+    assert decoded.mps_daemons["GPU-a"] == MpsDaemonRecord("GPU-a", 0, 0, "/p", "/l")
+
+
+@pytest.mark.parametrize(
+    ("field", "path"),
+    [
+        ("device_mpsThreadPercentage", "data.claims['u'].devices[0].mpsThreadPercentage"),
+        ("device_mpsPinnedMemoryBytes", "data.claims['u'].devices[0].mpsPinnedMemoryBytes"),
+        ("mig_giId", "data.claims['u'].migInstances[0].giId"),
+        ("mig_ciId", "data.claims['u'].migInstances[0].ciId"),
+        ("mig_placementStart", "data.claims['u'].migInstances[0].placementStart"),
+        ("mig_placementSize", "data.claims['u'].migInstances[0].placementSize"),
+        ("daemon_minor", "data.mpsDaemons['GPU-a'].minor"),
+        ("daemon_pid", "data.mpsDaemons['GPU-a'].pid"),
+    ],
+)
+def test_a_negative_number_is_corruption(field: str, path: str) -> None:
+    with pytest.raises(CorruptCheckpointError, match=re.escape(path)) as caught:
+        decode_checkpoint(_document(_full(**{field: -1})), SOURCE)
+    assert "expected a non-negative integer" in str(caught.value)
+
+
+def test_a_daemon_under_another_key_is_corruption() -> None:
+    data = _full()
+    data["mpsDaemons"] = {"GPU-b": data["mpsDaemons"]["GPU-a"]}
+    with pytest.raises(CorruptCheckpointError) as caught:
+        decode_checkpoint(_document(data), SOURCE)
+    assert str(caught.value) == (
+        f"checkpoint {SOURCE}: data.mpsDaemons['GPU-b'].uuid: 'GPU-a' differs from its key"
+    )
+
+
+def test_a_checkpoint_without_claims_or_daemons_is_empty() -> None:
+    assert decode_checkpoint(_document({"bootId": "b"}), SOURCE) == Checkpoint(boot_id="b")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1]", "the top level is not a JSON object"),
+        ('{"version": 1, "checksum": "x"}', "'data' is missing or not an object"),
+        (json.dumps({"version": 1, "data": _GOOD}), "'checksum' is missing or not a string"),
+        (
+            json.dumps({"version": 1, "checksum": "0123456789abcdef" * 4, "data": _GOOD}),
+            "checksum mismatch (recorded 0123456789abcdef..., content "
+            f"{checksum(canonical_json(_GOOD))[:16]}...)",
+        ),
+    ],
+)
+def test_damage_messages_name_the_file_and_say_no_more_than_needed(text: str, message: str) -> None:
+    with pytest.raises(CorruptCheckpointError) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert str(caught.value) == f"checkpoint {SOURCE}: {message}"
+
+
+def test_a_newer_version_says_which_one_this_plugin_reads() -> None:
+    text = _document({"bootId": "b"}, version=CURRENT_VERSION + 5)
+    with pytest.raises(NewerCheckpointError) as caught:
+        decode_checkpoint(text, SOURCE)
+    assert caught.value.supported == CURRENT_VERSION
+    assert f"the newest this plugin reads ({CURRENT_VERSION})" in str(caught.value)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,106 @@ def test_unreadable_file_raises(path: Path) -> None:
     path.mkdir(parents=True)  # a directory where the file should be
     with pytest.raises(CheckpointError, match=f"checkpoint {path}: cannot read"):
         CheckpointStore(path).load(BOOT)
+
+
+def test_a_file_that_cannot_be_moved_aside_is_an_error_naming_both_paths(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage")
+
+    def fail(*_: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "rename", fail)
+    with pytest.raises(CheckpointError) as caught:
+        CheckpointStore(path).load(BOOT)
+    message = str(caught.value)
+    assert message.startswith(f"checkpoint {path}: not valid JSON")
+    assert f"; moving it aside to {path}.corrupt-" in message
+    assert message.endswith(" failed: Read-only file system")
+    assert path.read_bytes() == b"garbage"
+
+
+class _FrozenClock:
+    """`datetime` with a `now` that never moves: corruptions within one clock tick."""
+
+    @staticmethod
+    def now(tz: object) -> datetime:
+        assert tz is UTC
+        return datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+
+
+def test_moved_aside_copies_are_named_by_utc_time_and_numbered_within_one_tick(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dra_driver.checkpoint.store.datetime", _FrozenClock)
+    path.parent.mkdir(parents=True)
+    names = []
+    for content in (b"one", b"two", b"three"):
+        path.write_bytes(content)
+        aside = CheckpointStore(path).load(BOOT).moved_aside_to
+        assert aside is not None and aside.read_bytes() == content
+        names.append(aside.name)
+    stamp = f"{path.name}.corrupt-20240102T030405.000006Z"
+    assert names == [stamp, f"{stamp}-1", f"{stamp}-2"]
+
+
+def _replaced_from(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Records which file each save renames over the checkpoint."""
+    sources: list[Path] = []
+    replace = os.replace
+
+    def recording(source: str, target: Path) -> None:
+        sources.append(Path(source))
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", recording)
+    return sources
+
+
+def test_saves_write_a_hidden_temporary_file_next_to_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "two" / "levels" / "checkpoint.json"
+    sources = _replaced_from(monkeypatch)
+    first = CheckpointStore(path)
+    first.save(Checkpoint(boot_id=BOOT).with_claim(_claim("a")))
+    # Another store on the same file finds that name taken and falls back to a random one.
+    monkeypatch.setattr("secrets.token_hex", lambda _: "taken")
+    squatter = path.parent / f".{path.name}.taken.tmp"
+    squatter.write_text("")
+    CheckpointStore(path).save(Checkpoint(boot_id=BOOT).with_claim(_claim("b")))
+    fixed, fallback = sources
+    assert fixed.parent == fallback.parent == path.parent
+    assert re.fullmatch(r"\.checkpoint\.json\.[0-9a-f]{12}\.tmp", fixed.name)
+    assert fallback.name.startswith(".checkpoint.json.") and fallback.name.endswith(".tmp")
+    assert fallback != squatter
+    assert set(CheckpointStore(path).load(BOOT).checkpoint.claims) == {"b"}
+
+
+def test_a_save_whose_temporary_file_vanished_reports_the_save_error(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(source: str, _: Path) -> None:
+        os.unlink(source)
+        raise OSError(116, "Stale file handle")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(CheckpointError, match="cannot save: Stale file handle"):
+        CheckpointStore(path).save(Checkpoint(boot_id=BOOT))
+
+
+def test_a_leftover_that_cannot_be_removed_does_not_stop_the_load(path: Path) -> None:
+    _saved(path, "a")
+    stuck = path.parent / f".{path.name}.x.tmp"
+    stuck.mkdir()  # unlink refuses a directory
+    assert set(CheckpointStore(path).load(BOOT).checkpoint.claims) == {"a"}
+    assert stuck.is_dir()
+
+
+def test_an_unreadable_file_is_named_with_the_reason(path: Path) -> None:
+    path.mkdir(parents=True)
+    with pytest.raises(CheckpointError) as caught:
+        CheckpointStore(path).load(BOOT)
+    assert str(caught.value) == f"checkpoint {path}: cannot read: Is a directory"

@@ -1,0 +1,240 @@
+"""Start-up recovery in-process: the plugin is stopped, the node or the API server changes while
+it is down, and the next start must put the checkpoint, the GPUs and the CDI directory right.
+
+The crash tests cover the same ground by killing a plugin process at each step; these restart it
+cleanly and change things by hand, which is quicker and lets each rule be checked on its own."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver.backends.base import TimeSliceInterval
+from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.mig import create_mig_device
+from dra_driver.cdi import CdiSpecDir
+from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
+from dra_driver.inventory.model import MigPlacement
+from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import (
+    DRIVER,
+    RunningPlugin,
+    create_claim,
+    create_node,
+    delete_claim,
+    opaque,
+    result,
+    running_plugin,
+    short_dir,
+)
+
+NODE = "recovery-node"
+GPUS = "H100-SXM5-80GB:2"
+KIND = f"{DRIVER}/gpu"
+SLICED = {
+    "apiVersion": "resource.dra-driver.dev/v1alpha1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    with short_dir() as directory:
+        yield directory
+
+
+def plugin(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[RunningPlugin]:
+    """The plugin of one node; its fake GPUs keep their state in `root`, across restarts."""
+    return running_plugin(server, root, NODE, GPUS, fake_state_dir=root / "fake")
+
+
+def gpus(root: Path) -> FakeBackend:
+    """The same fake GPUs as the plugin sees them, for changes made while it is down."""
+    return FakeBackend.from_spec(GPUS, NODE, state_dir=root / "fake")
+
+
+def checkpoint_path(root: Path) -> Path:
+    return root / "state" / NODE / "checkpoint.json"
+
+
+def specs(root: Path) -> set[str]:
+    return set(CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND))
+
+
+async def prepare(running: RunningPlugin, *claims: tuple[str, str]) -> None:
+    async with DraClient(running.dra_socket) as dra:
+        answer = await dra.prepare([ClaimRef("default", uid, name) for name, uid in claims])
+    assert {uid: outcome.error for uid, outcome in answer.items()} == {uid: "" for _, uid in claims}
+
+
+async def test_claims_deleted_while_down_are_unprepared_and_the_rest_put_back(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    kept = create_claim(api, [result("ts", "gpu-0-ts-0", NODE)], [opaque(SLICED)])
+    gone = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, kept, gone)
+    assert len(gpus(root).gpu_instances(1)) == 1
+    # While the plugin is down: one claim is deleted, someone resets the time-slice setting and
+    # a spec appears that no claim owns.
+    delete_claim(api, gone[0])
+    gpus(root).set_timeslice(0, TimeSliceInterval.DEFAULT)
+    cdi = CdiSpecDir(root / "cdi" / NODE)
+    orphan = "00000000-0000-4000-8000-000000000000"
+    cdi.write_claim_spec(orphan, cdi.read(cdi.claim_specs(KIND)[kept[1]]))
+    assert specs(root) == {kept[1], gone[1], orphan}
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {kept[1]}
+        assert running.backend.gpu_instances(1) == ()
+        assert running.backend.timeslice(0) is TimeSliceInterval.LONG
+    assert specs(root) == {kept[1]}
+    saved = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint")
+    assert set(saved.claims) == {kept[1]}
+
+
+async def test_a_claim_left_half_prepared_is_rolled_back_even_though_it_exists(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    claim = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, claim)
+    # What a crash before `PrepareCompleted` leaves: the started record, its instance and spec.
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    loaded = store.load(boot_id).checkpoint
+    record = loaded.claims[claim[1]]
+    store.save(loaded.with_claim(replace(record, state=ClaimState.PREPARE_STARTED)))
+    assert len(gpus(root).gpu_instances(0)) == 1
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+        assert running.backend.gpu_instances(0) == ()
+    assert specs(root) == set()
+
+
+async def test_a_claim_that_changed_no_gpu_and_lost_its_spec_is_dropped(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    whole, other = (create_claim(api, [result("gpu", f"gpu-{i}", NODE)]) for i in (0, 1))
+    async with plugin(server, root) as running:
+        await prepare(running, whole, other)
+    # An unprepare that deleted the spec and stopped before the removal was saved.
+    CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND)[whole[1]].unlink()
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {other[1]}
+    assert specs(root) == {other[1]}
+
+
+async def test_a_corrupt_checkpoint_is_reset_with_a_warning_event(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    path = checkpoint_path(root)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "checksum": "nope", "data": {}}')
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+    (aside,) = path.parent.glob("checkpoint.json.corrupt-*")
+    assert "nope" in aside.read_text()
+    events = client.CoreV1Api(api).list_namespaced_event("default").items or []
+    warnings = [
+        e.message
+        for e in events
+        if e.reason == "CheckpointReset" and e.involved_object.name == NODE
+    ]
+    assert len(warnings) == 1
+    assert "checksum mismatch" in warnings[0] and str(aside) in warnings[0]
+
+
+async def test_every_record_is_checked_after_one_whose_spec_is_gone(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    claim = create_claim(api, [result("gpu", "gpu-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, claim)
+    # Records are checked in the file's (sorted) order: one whose spec is gone comes first,
+    # then one whose claim no longer exists.
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    (record,) = store.load(boot_id).checkpoint.claims.values()
+    CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND)[record.uid].unlink()
+    first = replace(record, uid="00000000-0000-4000-8000-000000000001", cdi_spec=None)
+    gone = replace(record, uid="ffffffff-ffff-4fff-8fff-ffffffffffff", name="gone", cdi_spec=None)
+    store.save(Checkpoint(boot_id=boot_id).with_claim(first).with_claim(gone))
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+
+
+@pytest.mark.parametrize(
+    ("state", "busy"),
+    [
+        (ClaimState.PREPARE_STARTED, False),
+        (ClaimState.PREPARE_STARTED, True),
+        (ClaimState.PREPARE_COMPLETED, True),
+    ],
+    ids=["rolled-back", "rollback-fails", "unprepare-fails"],
+)
+async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_next(
+    server: ApiServer, api: client.ApiClient, root: Path, state: ClaimState, busy: bool
+) -> None:
+    claim = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, claim)
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    (record,) = store.load(boot_id).checkpoint.claims.values()
+    (instance,) = gpus(root).gpu_instances(1)
+    if busy:  # destroying its MIG device fails: the claim is kept for kubelet to retry
+        gpus(root).mark_busy(1, instance.gi_id)
+    # A record under another UID (its claim is gone, or it was being prepared), sorted before
+    # one that must be dropped too.
+    first = replace(record, uid="00000000-0000-4000-8000-000000000001", state=state)
+    last = replace(record, uid="ffffffff-ffff-4fff-8fff-ffffffffffff", devices=(), mig_instances=())
+    store.save(Checkpoint(boot_id=boot_id).with_claim(first).with_claim(last))
+    async with plugin(server, root) as running:
+        kept = set(running.daemon.preparer.checkpoint.claims)
+        assert kept == ({first.uid} if busy else set())
+        assert len(running.backend.gpu_instances(1)) == (1 if busy else 0)
+        if busy:
+            running.backend.clear_busy(1, instance.gi_id)
+
+
+async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    made, other = (
+        create_claim(api, [result("mig", device, NODE)])
+        for device in ("gpu-0-mig-2g20gb-4", "gpu-0-mig-1g10gb-0")
+    )
+    async with plugin(server, root) as running:
+        await prepare(running, made, other)
+    # What a crash between creating the GPU instance and saving it leaves: a started record
+    # without the instance. Recovery looks for it at the claim's placement.
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    record = loaded.checkpoint.claims[made[1]]
+    started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=())
+    store.save(loaded.checkpoint.with_claim(started))
+    # And a MIG device of the same profile that an administrator made, elsewhere on the GPU: no
+    # claim owns it, and it is not the claim's either.
+    static = create_mig_device(gpus(root), 0, "2g.20gb", MigPlacement(2, 2))
+    assert len(gpus(root).gpu_instances(0)) == 3
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {other[1]}
+        left = running.backend.gpu_instances(0)
+        assert sorted((i.profile, i.placement.start) for i in left) == [
+            ("1g.10gb", 0),
+            ("2g.20gb", 2),
+        ]
+        assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
