@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
+import urllib3
 from kubernetes import client
 
 from dra_driver.checkpoint import CheckpointStore, ClaimState
@@ -87,7 +88,7 @@ async def recover(
             continue
         try:
             current = await asyncio.to_thread(claims.get, record.namespace, record.name)
-        except (client.ApiException, OSError) as err:
+        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
             # pragma: no mutate start
             log.warning("cannot check whether a claim still exists", claim=label, error=str(err))
             # pragma: no mutate end

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import urllib3
 from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
@@ -22,6 +23,7 @@ from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decod
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
+from kubeletplugin.prepare.claims import KubernetesClaimSource
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
@@ -238,3 +240,24 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
             ("2g.20gb", 2),
         ]
         assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
+
+
+async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
+    server: ApiServer,
+    api: client.ApiClient,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gone = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, gone)
+    delete_claim(api, gone[0])
+
+    def unreachable(self: KubernetesClaimSource, namespace: str, name: str) -> None:
+        raise urllib3.exceptions.MaxRetryError(None, f"/{namespace}/{name}")  # type: ignore[arg-type]
+
+    # The claim is gone, but the plugin cannot know: it must keep it, not crash at start-up.
+    monkeypatch.setattr(KubernetesClaimSource, "get", unreachable)
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {gone[1]}
+        assert len(running.backend.gpu_instances(1)) == 1
