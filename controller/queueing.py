@@ -266,6 +266,8 @@ class QueuePass:
     ledger: Ledger
     pending: dict[str, list[list[Obj]]]
     reclaims: list[Reclaim] = field(default_factory=list)
+    _running: list[Running] | None = None
+    """Pods that could be evicted, found once per pass when reclaim first needs them."""
     _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
     """Hold → the allocations recorded for it in the allocator's usage during this pass."""
 
@@ -396,7 +398,10 @@ class QueuePass:
         missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
         if not missing:
             return None
-        units = borrowed_units(self.ledger, self.keeper.running(), queue)
+        if self._running is None:  # once per pass: every pod's claims are read to build it
+            self._running = self.keeper.running()
+        running = [r for r in self._running if r.key not in self.keeper.evicting]
+        units = borrowed_units(self.ledger, running, queue)
         if not units:
             return None
         spec = self.ledger.tree.queues[queue]

@@ -6,11 +6,12 @@ ranked as they would have been admitted (higher priority first, then older), and
 inside that queue's guarantee in that order are protected; the rest are borrowed. A gang goes
 whole or not at all, so it is a candidate only when every member is borrowed.
 
-The caller knows the devices; this module only asks it, node by node, whether freeing a set of
-candidates would let the pod fit there (`fits`). Per node the candidates are tried cheapest
-first (lowest priority, then newest): one at a time first, since a single victim is best, then
-accumulated until the pod fits. The node needing the fewest victims wins, then the one whose
-victims have the lowest priority, then the newest. If no node works, nobody is evicted.
+The caller knows the devices; this module only asks it whether freeing a set of candidates would
+let the pod fit on a node (`fits`). Single candidates are tried first, cheapest first across the
+cluster (one pod before a gang, then lowest priority, then newest); when none alone will do,
+each node's candidates are accumulated, cheapest first, until the pod fits, and those it fits
+without are dropped again. The fewest victims win, then the lowest priority, then the newest.
+If nothing works, nobody is evicted.
 """
 
 from __future__ import annotations
@@ -108,34 +109,52 @@ def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -
     return units
 
 
+def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:
+    return (
+        sum(len(u.pods) for u in chosen),
+        max(u.priority for u in chosen),
+        _newest_first(max(u.created for u in chosen)),
+        node,
+    )
+
+
 def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] | None:
     """The node and the fewest units to evict so the pod fits there (see the module's
-    docstring)."""
+    docstring).
+
+    Single units are tried first across the whole cluster in the order of their rank, so the
+    first that fits is the best single choice and, when it is one pod, the answer: on a large
+    cluster one trial usually settles it, instead of one per node."""
+    singles = sorted(
+        ((unit, node) for unit in units for node in sorted(unit.nodes)),
+        key=lambda pair: _rank(pair[1], [pair[0]]),
+    )
+    best: tuple[tuple[object, ...], str, list[Unit]] | None = None
+    for unit, node in singles:
+        if fits(node, unit.pods):
+            best = (_rank(node, [unit]), node, [unit])
+            break
+    if best is not None and len(best[2][0].pods) == 1:
+        return best[1], best[2]
     by_node: dict[str, list[Unit]] = {}
     for unit in units:
         for node in unit.nodes:
             by_node.setdefault(node, []).append(unit)
-    best: tuple[tuple[object, ...], str, list[Unit]] | None = None
     for node in sorted(by_node):
+        if len(by_node[node]) < 2:
+            continue
         ranked = sorted(by_node[node], key=lambda u: (u.priority, _newest_first(u.created)))
-        chosen = _on_node(node, ranked, fits)
+        chosen = _several(node, ranked, fits)
         if chosen is None:
             continue
-        rank = (
-            sum(len(u.pods) for u in chosen),
-            max(u.priority for u in chosen),
-            _newest_first(max(u.created for u in chosen)),
-            node,
-        )
+        rank = _rank(node, chosen)
         if best is None or rank < best[0]:
             best = (rank, node, chosen)
     return None if best is None else (best[1], best[2])
 
 
-def _on_node(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None:
-    for unit in ranked:
-        if fits(node, unit.pods):
-            return [unit]
+def _several(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None:
+    """Units of one node taken cheapest first until the pod fits, then the unneeded dropped."""
     chosen: list[Unit] = []
     freed: list[Running] = []
     for unit in ranked:
