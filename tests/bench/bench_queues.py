@@ -339,6 +339,7 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         "starved_queue": {
             "guarantee_gpus": share,
             "reached_guarantee_s": None if reached is None else round(reached, 2),
+            "held_gpus_at_end": final.get(f"used:{starved_ns}", 0.0),
             "placed": len(latencies),
             "latency_s": {"p50": pct(latencies, 0.5), "p99": pct(latencies, 0.99)},
         },
