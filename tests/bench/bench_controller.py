@@ -188,6 +188,29 @@ def wait_ready(port: int, process: subprocess.Popen[bytes]) -> None:
     raise SystemExit("the controller did not become ready")
 
 
+def start_controller(
+    kubeconfig: Path, workdir: Path, health: int, *flags: str
+) -> subprocess.Popen[bytes]:
+    """`dra-controller` as a process of its own, without leader election, logging to the
+    work directory; `BENCH_WRAP` (e.g. a sampling profiler) goes in front of it when set."""
+    wrap = os.environ.get("BENCH_WRAP", "").split()
+    return subprocess.Popen(
+        [
+            *wrap,
+            sys.executable,
+            "-m",
+            "controller.cli",
+            f"--kubeconfig={kubeconfig}",
+            "--no-leader-elect",
+            f"--healthcheck-port={health}",
+            "--log-format=json",
+            "--log-level=" + os.environ.get("BENCH_CONTROLLER_LOG_LEVEL", "warning"),
+            *flags,
+        ],
+        stderr=(workdir / "controller.log").open("wb"),
+    )
+
+
 def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-ctl-"))
     apiserver, kubeconfig = start_apiserver(workdir)
@@ -204,22 +227,7 @@ def run(nodes: int, pods: int, rate: float, mode: str, seed: int) -> dict[str, A
             )
         setup_s = time.perf_counter() - started
         health = free_port()
-        wrap = os.environ.get("BENCH_WRAP", "").split()
-        controller = subprocess.Popen(
-            [
-                *wrap,
-                sys.executable,
-                "-m",
-                "controller.cli",
-                f"--kubeconfig={kubeconfig}",
-                "--no-leader-elect",
-                f"--mode={mode}",
-                f"--healthcheck-port={health}",
-                "--log-format=json",
-                "--log-level=" + os.environ.get("BENCH_CONTROLLER_LOG_LEVEL", "warning"),
-            ],
-            stderr=(workdir / "controller.log").open("wb"),
-        )
+        controller = start_controller(kubeconfig, workdir, health, f"--mode={mode}")
         started = time.perf_counter()
         wait_ready(health, controller)
         sync_s = time.perf_counter() - started

@@ -50,6 +50,7 @@ from tests.bench.bench_controller import (
     peak_rss_mib,
     publish,
     start_apiserver,
+    start_controller,
     wait_ready,
 )
 
@@ -248,20 +249,7 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
                 GROUP, VERSION, namespace, "resourceclaims", claim_body(namespace, name, gpus)
             )
         health, metrics = free_port(), free_port()
-        controller = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "controller.cli",
-                f"--kubeconfig={kubeconfig}",
-                "--no-leader-elect",
-                f"--healthcheck-port={health}",
-                f"--metrics-port={metrics}",
-                "--log-format=json",
-                "--log-level=" + os.environ.get("BENCH_CONTROLLER_LOG_LEVEL", "warning"),
-            ],
-            stderr=(workdir / "controller.log").open("wb"),
-        )
+        controller = start_controller(kubeconfig, workdir, health, f"--metrics-port={metrics}")
         wait_ready(health, controller)
         cluster = Cluster(api)
         cluster.start()

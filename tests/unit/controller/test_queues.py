@@ -185,19 +185,36 @@ def release_claims_of_gone_pods(cluster: Cluster, namespace: str) -> None:
             )
 
 
+async def a_borrows_two(cluster: Cluster, api: client.ApiClient) -> ControllerDaemon:
+    """Queue a's pods a1 and a2 placed (a controller driven pass by pass, returned running)."""
+    gpu_pod(cluster, "qa", "a1")
+    gpu_pod(cluster, "qa", "a2")
+    daemon = await manual_controller(api, settle_s=0.0)
+    await known(daemon, ("qa", "a1"), ("qa", "a2"))
+    await passes(daemon)
+    assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")
+    return daemon
+
+
+async def gone_and_released(daemon: ControllerDaemon, cluster: Cluster, name: str) -> None:
+    """Pod qa/`name` was evicted; kubelet and the claim controller let it go, and the view has
+    seen its claim released."""
+    await eventually(lambda: read_pod(cluster, "qa", name) is None, what=f"{name} evicted")
+    release_claims_of_gone_pods(cluster, "qa")
+    await eventually(
+        lambda: daemon.view.claims[("qa", name)].get("status", {}).get("reservedFor") is None,
+        what=f"{name}'s claim released in the view",
+    )
+
+
 async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
     server: ApiServer, api: client.ApiClient
 ) -> None:
     cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
     queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
     queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
-    gpu_pod(cluster, "qa", "a1")
-    gpu_pod(cluster, "qa", "a2")
-    daemon = await manual_controller(api, settle_s=0.0)
+    daemon = await a_borrows_two(cluster, api)
     try:
-        await known(daemon, ("qa", "a1"), ("qa", "a2"))
-        await passes(daemon)
-        assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")  # borrowing
         freed = allocated_device(cluster, "qa", "a2")
         assert freed is not None
 
@@ -205,7 +222,8 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         await known(daemon, ("qb", "b1"))
         await passes(daemon)
         # a2 is the borrowed one (a1 came first and fits the guarantee): evicted, with why.
-        await eventually(lambda: read_pod(cluster, "qa", "a2") is None, what="a2 evicted")
+        gpu_pod(cluster, "qa", "a3")  # arrives while a2 goes: the GPU is held for b1
+        await gone_and_released(daemon, cluster, "a2")
         assert read_pod(cluster, "qa", "a1") is not None
         reasons = [e.reason for e in cluster.core.list_namespaced_event("qa").items]
         assert "Reclaimed" in reasons
@@ -213,15 +231,9 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         assert evictions._value.get() == 1
         assert gated(cluster, "qb", "b1")
 
-        # Kubelet lets the pod go; the controller deallocates; the held GPU goes to b1 even
-        # though a new pod of queue a arrived first and would take it otherwise.
-        gpu_pod(cluster, "qa", "a3")
-        release_claims_of_gone_pods(cluster, "qa")
+        # The controller deallocates; the held GPU goes to b1 even though a new pod of queue a
+        # arrived first and would take it otherwise.
         await known(daemon, ("qa", "a3"))
-        await eventually(
-            lambda: daemon.view.claims[("qa", "a2")].get("status", {}).get("reservedFor") is None,
-            what="a2's claim released in the view",
-        )
         await passes(daemon, 3)
         assert not gated(cluster, "qb", "b1")
         assert allocated_device(cluster, "qb", "b1") == freed
@@ -237,12 +249,8 @@ async def test_reclaim_never_evicts_nothing_and_says_why(
     cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
     queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
     queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"}, reclaim="Never")
-    gpu_pod(cluster, "qa", "a1")
-    gpu_pod(cluster, "qa", "a2")
-    daemon = await manual_controller(api, settle_s=0.0)
+    daemon = await a_borrows_two(cluster, api)
     try:
-        await known(daemon, ("qa", "a1"), ("qa", "a2"))
-        await passes(daemon)
         gpu_pod(cluster, "qb", "b1")
         await known(daemon, ("qb", "b1"))
         await passes(daemon)
@@ -261,12 +269,8 @@ async def test_pods_within_the_guarantee_are_never_evicted(
     cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
     queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "2"})
     queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
-    gpu_pod(cluster, "qa", "a1")
-    gpu_pod(cluster, "qa", "a2")
-    daemon = await manual_controller(api, settle_s=0.0)
+    daemon = await a_borrows_two(cluster, api)
     try:
-        await known(daemon, ("qa", "a1"), ("qa", "a2"))
-        await passes(daemon)
         gpu_pod(cluster, "qb", "b1")
         await known(daemon, ("qb", "b1"))
         await passes(daemon)
@@ -344,23 +348,13 @@ async def test_a_team_held_back_by_its_organisations_limit_reclaims_from_a_sibli
     queue(api, "org", guaranteed={"gpu": "2"}, limit={"gpu": "2"})
     queue(api, "a", parent="org", namespaces=["qa"], guaranteed={"gpu": "1"})
     queue(api, "b", parent="org", namespaces=["qb"], guaranteed={"gpu": "1"})
-    gpu_pod(cluster, "qa", "a1")
-    gpu_pod(cluster, "qa", "a2")
-    daemon = await manual_controller(api, settle_s=0.0)
+    daemon = await a_borrows_two(cluster, api)
     try:
-        await known(daemon, ("qa", "a1"), ("qa", "a2"))
-        await passes(daemon)
-        assert not gated(cluster, "qa", "a1") and not gated(cluster, "qa", "a2")
         gpu_pod(cluster, "qb", "b1")
         await known(daemon, ("qb", "b1"))
         await passes(daemon)
-        await eventually(lambda: read_pod(cluster, "qa", "a2") is None, what="a2 evicted")
+        await gone_and_released(daemon, cluster, "a2")
         assert read_pod(cluster, "qa", "a1") is not None
-        release_claims_of_gone_pods(cluster, "qa")
-        await eventually(
-            lambda: daemon.view.claims[("qa", "a2")].get("status", {}).get("reservedFor") is None,
-            what="a2's claim released in the view",
-        )
         await passes(daemon, 3)
         assert not gated(cluster, "qb", "b1")
     finally:
