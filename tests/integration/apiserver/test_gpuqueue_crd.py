@@ -108,6 +108,11 @@ def test_a_good_queue_gets_its_defaults(custom: client.CustomObjectsApi) -> None
             "spec.limit.gpu",
             "limit.gpu must not be less than guaranteed.gpu",
         ),
+        (
+            {"guaranteed": {"memory": "640Gi"}, "limit": {"memory": "600Gi"}},
+            "spec.limit.memory",
+            "limit.memory must not be less than guaranteed.memory",
+        ),
     ],
 )
 def test_bad_queues_are_refused(
