@@ -135,7 +135,6 @@ async def test_the_loop_allocates_on_events_and_stops_when_asked(
         cluster.create_pod(pod("p", ["c"]))
         await eventually(lambda: not cluster.gated("p"), timeout=PROMPT_S, what="the gate lifted")
         assert allocation(cluster, "c")
-        assert daemon.reconciler.passes >= 1
         loop.stop.set()
         await loop.ended()
 

@@ -463,3 +463,40 @@ async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_
         assert len(cluster.events_for("p")) == 2  # the new pod is told why it waits
     finally:
         daemon.stop_watches()
+
+
+async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_lifts(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("p", ["ours"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        allocation = cluster.get_claim("ours")["status"]["allocation"]
+        # The lead changes hands while the decision settles; meanwhile another allocator
+        # gives the same GPU to another claim.
+        daemon.reconciler.step_down()
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            "theirs",
+            {"status": {"allocation": allocation}},
+        )
+        await eventually(
+            lambda: (daemon.view.claims[("default", "theirs")].get("status") or {}).get(
+                "allocation"
+            ),
+            what="their allocation in the view",
+        )
+        daemon.reconciler.take_over()
+        await daemon.reconciler.run_pass()  # our earlier allocation is found colliding
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert cluster.gated("p")
+        assert conflicts(daemon, "before-write") == 1
+    finally:
+        daemon.stop_watches()
