@@ -4,6 +4,7 @@ gates, and the re-check at the end of the settle time."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from controller.daemon import ControllerDaemon
 from controller.kube_calls import ControllerApi
 from localcluster.apiserver import ApiServer
 from tests.integration.allocation.harness import (
+    DRIVER,
     GATE,
     GROUP,
     VERSION,
@@ -242,5 +244,259 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert conflicts(daemon, "settled") == 1
+    finally:
+        daemon.stop_watches()
+
+
+def failures(daemon: ControllerDaemon) -> float:
+    value: float = daemon.metrics.failures._value.get()
+    return value
+
+
+def our_condition(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    conditions = (cluster.get_pod(name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == f"{DRIVER}/DevicesAllocated"), None)
+
+
+class _ServerError(ControllerApi):
+    """The API server fails one claim patch with a 500: nothing changed, no event follows."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.failed = 0
+
+    def patch_claim(self, claim: Any, metadata: Any) -> dict[str, Any]:
+        if not self.failed:
+            self.failed += 1
+            raise client.ApiException(status=500, reason="Internal Server Error")
+        return super().patch_claim(claim, metadata)
+
+
+async def test_a_server_error_while_marking_is_decided_again_next_pass(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    failing = _ServerError(daemon.calls)
+    use(daemon, failing)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert failing.failed == 1
+        assert conflicts(daemon, "write") == 1
+        assert cluster.gated("p")
+        await daemon.reconciler.run_pass()  # no event brought it back: the retry did
+        assert cluster.get_claim("c")["status"]["allocation"]
+        assert not cluster.gated("p")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_change_only(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("big", count=2))  # one GPU in the cluster
+    cluster.create_pod(pod("p", ["big"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert failures(daemon) == 1
+        assert len(cluster.events_for("p")) == 1
+        found = our_condition(cluster, "p")
+        assert found is not None and found["status"] == "False"
+        assert found["reason"] == "Unallocatable"
+        # Our own condition write changes the view: the pod is decided again, not reported again.
+        await eventually(
+            lambda: daemon.view.pods[("default", "p")].get("status", {}).get("conditions"),
+            what="the condition in the view",
+        )
+        await daemon.reconciler.run_pass()
+        assert failures(daemon) == 2
+        assert len(cluster.events_for("p")) == 1
+        # Nothing changed since: the pod waits without being decided again.
+        await daemon.reconciler.run_pass()
+        assert failures(daemon) == 2
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_pod_allocated_after_waiting_gets_its_condition_turned_true(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("first"))
+    cluster.create_claim(claim("second"))
+    cluster.create_pod(pod("p1", ["first"]))
+    cluster.create_pod(pod("p2", ["second"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p1", "p2")
+        await daemon.reconciler.run_pass()  # one GPU: p1 gets it, p2 waits
+        assert not cluster.gated("p1") and cluster.gated("p2")
+        waiting = our_condition(cluster, "p2")
+        assert waiting is not None and waiting["status"] == "False"
+        # p1 finishes; kubelet lets its claim go; the controller deallocates it, p2 gets it.
+        cluster.core.delete_namespaced_pod("p1", "default")
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "resourceclaims", "first", {"status": {"reservedFor": None}}
+        )
+        await eventually(
+            lambda: (
+                not daemon.view.claims[("default", "first")]["status"].get("reservedFor")
+                and ("default", "p1") not in daemon.view.pods
+            ),
+            what="the release in the view",
+        )
+        for _ in range(3):
+            await daemon.reconciler.run_pass()
+            if not cluster.gated("p2"):
+                break
+        assert not cluster.gated("p2")
+        found = our_condition(cluster, "p2")
+        assert found is not None
+        assert (found["status"], found["reason"]) == ("True", "Allocated")
+        assert found["message"] == "devices are allocated"
+        assert found["lastTransitionTime"] >= waiting["lastTransitionTime"]
+    finally:
+        daemon.stop_watches()
+
+
+async def test_the_condition_time_is_utc_whatever_the_local_zone(
+    cluster: Cluster, api: client.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "JST-9")  # nine hours ahead of UTC, no time zone files needed
+    time.tzset()
+    try:
+        cluster.create_claim(claim("big", count=2))
+        cluster.create_pod(pod("p", ["big"]))
+        daemon = await manual_controller(api, settle_s=0.0)
+        try:
+            await known(daemon, "p")
+            await daemon.reconciler.run_pass()
+        finally:
+            daemon.stop_watches()
+        found = our_condition(cluster, "p")
+        assert found is not None
+        written = datetime.datetime.fromisoformat(found["lastTransitionTime"])
+        assert written.utcoffset() == datetime.timedelta(0)
+        now = datetime.datetime.now(datetime.UTC)
+        assert abs((now - written).total_seconds()) < 600
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+async def test_a_pod_deleted_before_its_report_is_written_is_not_an_error(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("big", count=2))
+    cluster.create_pod(pod("p", ["big"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+
+    class _DeletedMeanwhile(ControllerApi):
+        def __init__(self, inner: ControllerApi) -> None:
+            self.__dict__.update(inner.__dict__)
+
+        def post_pod_event(self, pod: Any, kind: str, reason: str, text: str) -> None:
+            cluster.core.delete_namespaced_pod(pod["metadata"]["name"], "default")
+            deadline = time.monotonic() + 10
+            while ("default", "p") in daemon.view.pods and time.monotonic() < deadline:
+                time.sleep(0.01)  # the watch runs on the loop this call was handed off from
+            super().post_pod_event(pod, kind, reason, text)
+
+    use(daemon, _DeletedMeanwhile(daemon.calls))
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()  # the condition patch meets a 404, and says so
+        assert ("default", "p") not in daemon.view.pods
+        assert daemon.reconciler.passes == 1
+    finally:
+        daemon.stop_watches()
+
+
+def pending(daemon: ControllerDaemon) -> float:
+    value: float = daemon.metrics.pending._value.get()
+    return value
+
+
+async def test_a_pod_changed_while_settling_has_its_gate_lifted_from_its_current_copy(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert cluster.gated("p")  # settling
+        cluster.core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"x": "y"}}})
+        await eventually(
+            lambda: daemon.view.pods[("default", "p")]["metadata"].get("labels", {}).get("x"),
+            what="the change in the view",
+        )
+        await settled(daemon)
+        await daemon.reconciler.run_pass()  # the lift's precondition is the pod as it is now
+        assert not cluster.gated("p")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_afresh(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("big", count=2))  # one GPU in the cluster
+    cluster.create_pod(pod("p", ["big"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert len(cluster.events_for("p")) == 1
+        assert pending(daemon) == 1
+        cluster.core.delete_namespaced_pod("p", "default")
+        await eventually(lambda: ("default", "p") not in daemon.view.pods, what="the deletion")
+        assert pending(daemon) == 0
+        cluster.create_pod(pod("p", ["big"]))
+        await known(daemon, "p")
+        assert pending(daemon) == 1
+        await daemon.reconciler.run_pass()
+        assert len(cluster.events_for("p")) == 2  # the new pod is told why it waits
+    finally:
+        daemon.stop_watches()
+
+
+async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_lifts(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("p", ["ours"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        allocation = cluster.get_claim("ours")["status"]["allocation"]
+        # The lead changes hands while the decision settles; meanwhile another allocator
+        # gives the same GPU to another claim.
+        daemon.reconciler.step_down()
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            "theirs",
+            {"status": {"allocation": allocation}},
+        )
+        await eventually(
+            lambda: (daemon.view.claims[("default", "theirs")].get("status") or {}).get(
+                "allocation"
+            ),
+            what="their allocation in the view",
+        )
+        daemon.reconciler.take_over()
+        await daemon.reconciler.run_pass()  # our earlier allocation is found colliding
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert cluster.gated("p")
+        assert conflicts(daemon, "before-write") == 1
     finally:
         daemon.stop_watches()
