@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,6 @@ from kubernetes import client
 from controller.daemon import ControllerDaemon
 from controller.kube_calls import ControllerApi
 from controller.writer import NotLeaderError
-from localcluster.apiserver import ApiServer
 from tests.integration.allocation.harness import (
     FINALIZER,
     GROUP,
@@ -32,26 +31,6 @@ from tests.integration.allocation.harness import (
 NO_RESYNC_S = 600.0
 #: How long a pass may take to follow what caused it.
 PROMPT_S = 30.0
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        yield api_client
-
-
-@pytest.fixture
-def cluster(server: ApiServer, api: client.ApiClient) -> Cluster:
-    made = Cluster(server, api)
-    made.add_classes()
-    made.add_nodes(1, gpus="H100-SXM5-80GB:1")
-    return made
 
 
 class Looping:

@@ -31,12 +31,6 @@ RECLAIMED = f"{DRIVER}/Reclaimed"
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
-        yield running
-
-
-@pytest.fixture
 def api(server: ApiServer) -> Iterator[client.ApiClient]:
     with client.ApiClient(client.Configuration(host=server.url)) as api_client:
         for crd in bundled_definitions():  # the chart's GpuQueue CRD, as the chart installs it

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from kubernetes import client
 
 from controller.daemon import ControllerDaemon
 from controller.kube_calls import ControllerApi
-from localcluster.apiserver import ApiServer
 from tests.integration.allocation.harness import (
     DRIVER,
     GATE,
@@ -28,26 +26,6 @@ from tests.integration.allocation.harness import (
 )
 
 OTHER_GATE = "quota.example.com/admission"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
-        yield running
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        yield api_client
-
-
-@pytest.fixture
-def cluster(server: ApiServer, api: client.ApiClient) -> Cluster:
-    made = Cluster(server, api)
-    made.add_classes()
-    made.add_nodes(1, gpus="H100-SXM5-80GB:1")
-    return made
 
 
 def conflicts(daemon: ControllerDaemon, stage: str) -> float:
