@@ -239,6 +239,7 @@ class LocalCluster:
         while not self._stop.is_set():
             try:
                 await asyncio.to_thread(claims_from_templates.reconcile_once, dyn)
+                await asyncio.to_thread(claims_from_templates.drop_stale_reservations, dyn)
                 await asyncio.to_thread(scheduler.reconcile_once, dyn)
             except Exception as err:  # a stand-in must keep going, like the real controllers
                 log.warning("control-plane stand-in pass failed", error=str(err))

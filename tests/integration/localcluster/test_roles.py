@@ -125,3 +125,46 @@ def test_the_scheduler_allocates_binds_and_leaves_what_does_not_fit(
     classes = items(cluster, "resource.k8s.io/v1", "DeviceClass")
     assert check_allocations(slices, classes, claims) == []
     assert scheduler.reconcile_once(cluster) == 0
+
+
+def test_reservations_of_pods_that_are_gone_or_will_never_run_are_dropped(
+    cluster: dynamic.DynamicClient,
+) -> None:
+    setup_node(cluster)
+    claims = kind(cluster, "resource.k8s.io/v1", "ResourceClaim")
+    claims.create(
+        namespace="default",
+        body={
+            "metadata": {"name": "shared", "namespace": "default"},
+            "spec": {
+                "devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu"}}]}
+            },
+        },
+    )
+    make_pod(cluster, "running", nodeName="node-a")
+    make_pod(cluster, "finished")
+    kind(cluster, "v1", "Pod").status.patch(
+        body={"status": {"phase": "Succeeded"}},
+        name="finished",
+        namespace="default",
+        content_type="application/merge-patch+json",
+    )
+
+    def ref(name: str, uid: str | None = None) -> Obj:
+        return {
+            "resource": "pods",
+            "name": name,
+            "uid": uid or pod(cluster, name)["metadata"]["uid"],
+        }
+
+    reserved = [ref("running"), ref("finished"), ref("deleted-long-ago", "uid-gone")]
+    claims.status.patch(
+        body={"status": {"reservedFor": reserved}},
+        name="shared",
+        namespace="default",
+        content_type="application/merge-patch+json",
+    )
+    assert claims_from_templates.drop_stale_reservations(cluster) == 1
+    claim = claims.get(name="shared", namespace="default").to_dict()
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["running"]
+    assert claims_from_templates.drop_stale_reservations(cluster) == 0
