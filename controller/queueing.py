@@ -31,6 +31,7 @@ import structlog
 from controller.decide import Decision, Unallocatable
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
+from controller.node_load import FINISHED_PHASES
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import (
@@ -47,11 +48,9 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
-from dra_driver.queues.spec import format_gpu
+from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(slots=True)
@@ -86,11 +85,6 @@ class QueueSettings:
     gang_size_label: str
     default_queue: str = "default"
     hold_s: float = 60.0
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _created(pod: Mapping[str, Any]) -> str:
@@ -198,7 +192,7 @@ class QueueKeeper:
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):
             return None
-        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
             return None
         gates = (pod.get("spec") or {}).get("schedulingGates") or []
         if gates:
@@ -246,7 +240,7 @@ class QueueKeeper:
         pod = self.view.pods.get(key)
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return False
-        return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+        return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
     # --- holds -----------------------------------------------------------------------------------
 

@@ -160,6 +160,11 @@ class Reconciler:
         self._reported.pop(key, None)
         self._seen_at.pop(key, None)
 
+    def _gated_pods(self) -> list[Obj]:
+        """The gated pods the loop is waiting on, as the view has them now."""
+        found = (self.view.pods.get(k) for k in self._seen_at)
+        return [p for p in found if p is not None and self._gated(p)]
+
     def _gated(self, pod: Obj | None) -> bool:
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return False
@@ -292,10 +297,9 @@ class Reconciler:
 
     async def _report_queues(self) -> None:
         """Queue gauges and GpuQueue status, from the usage after this pass."""
-        gated = [p for p in (self.view.pods.get(k) for k in self._seen_at) if self._gated(p)]
         # The pass's own ledger, with its admissions and evictions, saves a second count.
         ledger, self._pass_ledger = self._pass_ledger or self.queues.ledger(), None
-        pending = self.queues.pending_by_queue(p for p in gated if p is not None)
+        pending = self.queues.pending_by_queue(self._gated_pods())
         if self.queue_metrics is not None:
             self.queue_metrics.update(ledger, pending)
         await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending)
@@ -342,8 +346,7 @@ class Reconciler:
 
     def _decide(self, units: list[list[Obj]]) -> tuple[list[Decision], list[Reclaim]]:
         """Every unit in queue order (see `queueing`), each against what the ones before took."""
-        gated = [p for p in (self.view.pods.get(k) for k in self._seen_at) if self._gated(p)]
-        order = QueuePass.start(self.queues, units, [p for p in gated if p is not None])
+        order = QueuePass.start(self.queues, units, self._gated_pods())
         decisions = []
         try:
             for pods in order:

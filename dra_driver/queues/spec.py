@@ -193,6 +193,13 @@ def _quantity(raw: object, where: str, bad: Any) -> float:
     return float(value)
 
 
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` as the admission controller resolved it (0 when absent): the order of
+    pods inside a queue, and which pods are protected by its guarantee."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def format_gpu(value: float) -> str:
     """GPU-equivalents for status and tables: whole numbers plain, fractions to 2 places."""
     rounded = round(value, 2)

@@ -47,17 +47,12 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
+from dra_driver.queues.spec import pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
 
 _DEPART = 0
 _ARRIVE = 1
 """Event kinds, in the order they are handled at one time: departures free room first."""
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """`spec.priority` as the admission controller resolved it (0 when absent)."""
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass(slots=True)
