@@ -172,7 +172,7 @@ class Cluster:
             choice = self.index.choose(node, free, placement.shape, objective)
             if choice is None:
                 continue
-            tie = 0.0
+            tie = choice.room
             if objective is Objective.BEST_FIT:
                 allocatable = self.ledger.allocatable.get(node)
                 total = allocatable.amount(CPU) if allocatable is not None else 0

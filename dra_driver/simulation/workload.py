@@ -2,9 +2,10 @@
 
 A shape is what decides where a pod can go: its node resource requests (CPU, memory, ...) and its
 dominant device demand (how many devices, of which class and selectors, how large a share of
-each). Shapes are counted as pods arrive; the distribution is the most frequent `top` shapes,
-renormalised. Until a pod has been seen, the prior is "future pods look like this one" (the
-distribution holds the arriving pod alone), so the first placements degrade to best fit. The
+each). Shapes are counted as pods arrive; the distribution holds every shape seen, by its share
+of the pods (the fragmentation index weighs and trims it). Until a pod has been seen, the prior
+is "future pods look like this one" (the distribution holds the arriving pod alone), so the first
+placements degrade to best fit. The
 distribution is refreshed when the count of pods seen doubles (and every `refresh` pods later), so
 cached scores stay valid between refreshes; it never comes from a file, only from what arrived.
 """
@@ -57,8 +58,7 @@ def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> Shape:
 
 
 class Workload:
-    def __init__(self, top: int = 24, refresh: int = 2048) -> None:
-        self.top = top
+    def __init__(self, refresh: int = 2048) -> None:
         self.refresh = refresh
         self.counts: Counter[tuple[object, ...]] = Counter()
         self.shapes: dict[tuple[object, ...], Shape] = {}
@@ -74,7 +74,7 @@ class Workload:
         self.seen += 1
         if self.seen >= self._next:
             self._next = self.seen * 2 if self.seen < self.refresh else self.seen + self.refresh
-            common = self.counts.most_common(self.top)
+            common = self.counts.most_common()
             total = sum(n for _, n in common)
             self._distribution = [(self.shapes[k], n / total) for k, n in common]
             self.version += 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from dra_driver.allocator import ClusterSnapshot
+from dra_driver.checker.rules import check_allocations
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from tests.bench.traces import TracePod, cluster, pod_objects
@@ -37,14 +39,21 @@ def _pods(seed: int, count: int) -> list[TracePod]:
     return out
 
 
-def _replay(policy: PodPolicy, pods: list[TracePod]) -> tuple[Cluster, list[str | None]]:
+def _replay(
+    policy: PodPolicy, pods: list[TracePod], allocated: list[dict[str, Any]] | None = None
+) -> tuple[Cluster, list[str | None]]:
+    """Each pod placed in turn; `allocated` collects the claims placed, with their allocation."""
     nodes, slices, classes = cluster(NODES)
     sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, policy)
     placed = []
     for i, trace_pod in enumerate(pods):
         pod, templates = pod_objects(trace_pod, i)
         claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
-        placed.append(sim.place_pod(pod, claims).node)
+        placement = sim.place_pod(pod, claims)
+        placed.append(placement.node)
+        if allocated is not None and placement.allocations:
+            for claim, allocation in zip(claims, placement.allocations, strict=True):
+                allocated.append({**claim, "status": {"allocation": allocation}})
     return sim, placed
 
 
@@ -54,6 +63,17 @@ def test_no_node_is_over_committed(policy: PodPolicy, seed: int) -> None:
     sim, placed = _replay(policy, _pods(seed, 40))
     assert sim.ledger.over_committed() == []
     assert any(placed) and not all(placed)  # the cluster fills up
+
+
+@pytest.mark.parametrize("policy", list(PodPolicy))
+@pytest.mark.parametrize("seed", range(4))
+def test_the_independent_checker_accepts_every_placement(policy: PodPolicy, seed: int) -> None:
+    """The score only steers: whatever node and devices it picks, every rule still holds."""
+    allocated: list[dict[str, Any]] = []
+    _replay(policy, _pods(seed, 40), allocated)
+    nodes, slices, classes = cluster(NODES)
+    assert len(allocated) >= 5  # several GPU pods placed, sharing and whole
+    assert check_allocations(slices, classes, allocated, nodes) == []
 
 
 @pytest.mark.parametrize("seed", range(6))
