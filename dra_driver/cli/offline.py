@@ -17,6 +17,8 @@ from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.explain import explain_claim
 from dra_driver.cli.inputs import InputFileError, load_objects
 from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress, simulate_all
+from dra_driver.queues.spec import format_gpu
+from dra_driver.simulation.allocation_report import ReportPoint, ReportRow, parse_points
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +71,39 @@ def _table(outcomes: list[ClaimOutcome], pods: list[PodOutcome]) -> str:
     return text
 
 
+def _report_table(rows: list[ReportRow]) -> str:
+    capacity = format_gpu(rows[0].capacity)
+    table: list[tuple[str, ...]] = [
+        ("POINT", "TIME", "ARRIVED", "ALLOCATED", "RATIO", "IDLE", "UNALLOCATED", "NOTE")
+    ]
+    for row in rows:
+        if not row.reached:
+            share = f" ({100 * row.arrived / row.capacity:.1f}%)" if row.capacity else ""
+            note = f"not reached: the arrived demand ended at {format_gpu(row.arrived)}{share}"
+            table.append((row.point.text, "-", "-", "-", "-", "-", "-", note))
+            continue
+        table.append(
+            (
+                row.point.text,
+                f"{row.time:g}s",
+                format_gpu(row.arrived),
+                format_gpu(row.allocated),
+                f"{100 * row.ratio:.2f}%",
+                format_gpu(row.idle),
+                format_gpu(row.unallocated),
+                "",
+            )
+        )
+    return f"GPU allocation report, in GPUs of {capacity}:\n" + _columns(table)
+
+
+def _points(text: str) -> list[ReportPoint]:
+    try:
+        return parse_points(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _progress() -> Progress | None:
     """A line on stderr, rewritten at most twice a second, when stderr is a terminal."""
     if not sys.stderr.isatty():
@@ -88,7 +123,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     progress = _progress()
     try:
         outcomes: Outcomes = simulate_all(
-            load_objects(args.input), AllocationMode(args.mode), progress
+            load_objects(args.input), AllocationMode(args.mode), progress, args.report
         )
     except (InputFileError, InputError) as err:
         print(f"dra-driver simulate: {err}", file=sys.stderr)
@@ -103,6 +138,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         }
         if outcomes.queues is not None:
             out["queues"] = outcomes.queues.as_json()
+        if outcomes.report is not None:
+            out["report"] = [row.as_json() for row in outcomes.report]
         json.dump(out, sys.stdout, indent=2)
         print()
     else:
@@ -111,6 +148,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             for rows in outcomes.queues.tables():
                 print()
                 print(_columns(rows))
+        if outcomes.report:
+            print()
+            print(_report_table(outcomes.report))
     return 0
 
 
@@ -139,6 +179,24 @@ def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_common(parser)
     parser.add_argument("--output", choices=["json", "table"], default="table")
+    parser.add_argument(
+        "--report",
+        type=_points,
+        default=[],
+        metavar="POINTS",
+        help=(
+            "comma-separated points at which to report the GPU allocation: N%% is read just "
+            "after the arrival that brings the GPUs asked for by the pods and claims that "
+            "arrived (placed or not) to N %% of the GPU capacity (with GpuQueues: after the "
+            "decisions of that time), Ns is the state after every event at or before N "
+            "seconds. The GPU capacity is the number of physical GPUs (devices tied by "
+            "shared counters count once; a MIG device or share counts as the part of its GPU "
+            "it takes). Reports arrived, allocated (held at the point), ratio "
+            "(allocated/capacity), idle (capacity - allocated) and unallocated GPUs (asked for "
+            "by pods and claims that arrived, have not left and hold nothing); a share point "
+            "never reached says so. Example: --report 100%%,110%%,120%%,3600s"
+        ),
+    )
     parser.set_defaults(run=run_simulate)
 
 
