@@ -15,6 +15,7 @@ from typing import Any
 
 from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.explain import explain_claim
+from dra_driver.cli.explain_pod import explain_pod
 from dra_driver.cli.inputs import InputFileError, load_objects
 from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress, simulate_all
 from dra_driver.queues.spec import format_gpu
@@ -78,8 +79,9 @@ def _report_table(rows: list[ReportRow]) -> str:
     ]
     for row in rows:
         if not row.reached:
-            share = f" ({100 * row.arrived / row.capacity:.1f}%)" if row.capacity else ""
-            note = f"not reached: the arrived demand ended at {format_gpu(row.arrived)}{share}"
+            share = f" ({100 * row.arrived / row.capacity:.1f}% of the capacity)"
+            note = f"not reached: the arrived demand ended at {format_gpu(row.arrived)} GPUs"
+            note += share if row.capacity else ""
             table.append((row.point.text, "-", "-", "-", "-", "-", "-", note))
             continue
         table.append(
@@ -94,7 +96,7 @@ def _report_table(rows: list[ReportRow]) -> str:
                 "",
             )
         )
-    return f"GPU allocation report, in GPUs of {capacity}:\n" + _columns(table)
+    return f"GPU allocation report (capacity {capacity} GPUs; figures in GPUs):\n" + _columns(table)
 
 
 def _points(text: str) -> list[ReportPoint]:
@@ -156,7 +158,11 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        lines = explain_claim(load_objects(args.input), args.claim, AllocationMode(args.mode))
+        objects = load_objects(args.input)
+        if args.pod is not None:
+            lines = explain_pod(objects, args.pod, AllocationMode(args.mode))
+        else:
+            lines = explain_claim(objects, args.claim, AllocationMode(args.mode))
     except (InputFileError, InputError) as err:
         print(f"dra-driver explain: {err}", file=sys.stderr)
         return 2
@@ -203,12 +209,21 @@ def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def register_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "explain",
-        help="say why a claim does not fit, node by node",
+        help="say why a claim or pod does not fit, node by node",
         description=(
             "Replay the claims before NS/NAME as simulate does, then say, for every node, why "
-            "the claim fits there or not."
+            "the claim fits there or not. With --pod, replay the claims no pod uses and the "
+            "pods arriving before it, then say why each node takes the pod or not. In scored "
+            "mode, also show the nodes the choice compared and the score terms on which each "
+            "lost to the chosen one."
         ),
     )
     _add_common(parser)
-    parser.add_argument("--claim", required=True, metavar="NS/NAME", help="the claim to explain")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--claim", metavar="NS/NAME", help="the claim to explain")
+    target.add_argument(
+        "--pod",
+        metavar="NS/NAME",
+        help="the pod to explain (an input without GpuQueues)",
+    )
     parser.set_defaults(run=run_explain)

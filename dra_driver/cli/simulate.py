@@ -144,7 +144,7 @@ def simulate_all(
     or for share points in `report` when the input publishes no GPUs."""
     run = Simulation(objects, mode)
     by_key = {claim_key(claim): claim for claim in objects.claims}
-    used = _claims_used_by_pods(objects, by_key)
+    used = claims_used_by_pods(objects, by_key)
     reader: AllocationReport | None = None
     if report:
         try:
@@ -173,7 +173,7 @@ def simulate_all(
     return outcomes
 
 
-def _claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> set[str]:
+def claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> set[str]:
     """Keys of the ResourceClaims pods name directly. Each must be pending and used by one pod
     only: the engine allocates a pod's claims with the pod, and a claim shared between pods or
     allocated before would need the pod pinned to that claim's node, which it does not model."""

@@ -17,50 +17,7 @@ import yaml
 
 from dra_driver.cli.main import main
 from tests.bench.traces import cluster
-
-NODES = [
-    {"sn": f"n{i}", "cpu_milli": "8000", "memory_mib": "32768", "gpu": "2", "model": "V100"}
-    for i in range(2)
-]
-
-
-def base() -> list[dict[str, Any]]:
-    nodes, slices, classes = cluster(NODES)
-    templates = [
-        _template("whole-1", {"deviceClassName": "whole", "count": 1}),
-        _template("whole-2", {"deviceClassName": "whole", "count": 2}),
-    ]
-    for milli in (250, 500):
-        request = {"deviceClassName": "shared", "capacity": {"requests": {"gpumilli": str(milli)}}}
-        templates.append(_template(f"milli-{milli}", request))
-    return [*nodes, *slices, *classes, *templates]
-
-
-def _template(name: str, exactly: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-    }
-
-
-def pod(
-    name: str, template: str, arrival: float | None = None, departure: float | None = None
-) -> dict[str, Any]:
-    annotations = {}
-    if arrival is not None:
-        annotations["sim.dra-driver.dev/arrival"] = str(arrival)
-    if departure is not None:
-        annotations["sim.dra-driver.dev/departure"] = str(departure)
-    container = {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
-    return {
-        "kind": "Pod",
-        "metadata": {"namespace": "ns", "name": name, "annotations": annotations},
-        "spec": {
-            "containers": [container],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-        },
-    }
+from tests.support.trace_inputs import NODES, base, pod
 
 
 def report(
@@ -208,7 +165,7 @@ def test_table_output_has_a_report_section(
     assert main(["simulate", "--input", str(path), "--report", "50s,200%"]) == 0
     text = capsys.readouterr().out
     section = text[text.index("GPU allocation report") :].splitlines()
-    assert section[0] == "GPU allocation report, in GPUs of 4:"
+    assert section[0] == "GPU allocation report (capacity 4 GPUs; figures in GPUs):"
     assert section[1].split() == [
         "POINT",
         "TIME",
@@ -221,7 +178,9 @@ def test_table_output_has_a_report_section(
     ]
     assert section[2].split() == ["50s", "50s", "5", "3", "75.00%", "1", "2"]
     assert section[3].split()[:7] == ["200%", "-", "-", "-", "-", "-", "-"]
-    assert "not reached: the arrived demand ended at 6.50 (162.5%)" in section[3]
+    assert (
+        "not reached: the arrived demand ended at 6.50 GPUs (162.5% of the capacity)" in section[3]
+    )
 
 
 def test_no_report_section_without_the_flag(
