@@ -29,8 +29,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=(
-            "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, and "
-            "for simulate Pods, ResourceClaimTemplates and GpuQueues"
+            "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, Pods "
+            "and ResourceClaimTemplates, and for simulate GpuQueues"
         ),
     )
     parser.add_argument(

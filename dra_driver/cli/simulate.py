@@ -151,6 +151,7 @@ def simulate_all(
             reader = AllocationReport(run.snapshot, run.usage, report)
         except ValueError as err:
             raise InputError(f"--report {err}") from None
+        reader.read_shares(0.0)  # what the input holds already may reach a point
     outcomes = Outcomes()
     seen: set[str] = set()
     for claim in pending_claims(objects):
