@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
@@ -42,6 +42,9 @@ class NodeResult:
     allocations: list[dict[str, Any]] | None
     reason: str | None = None
     score: SolutionScore | None = None
+    first_fit: SolutionScore | None = None
+    """Scored mode: the score of first fit's solution on the node, which `score` beats or
+    equals (`explain` shows why the devices chosen won over first fit's)."""
 
 
 def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None = None) -> None:
@@ -83,11 +86,13 @@ def search_node(
     if picks is None:
         return NodeResult(node, None, "the claims do not fit")
     score: SolutionScore | None = None
+    first_fit: SolutionScore | None = None
     if mode is AllocationMode.SCORED:
-        picks, score = scored_solution(
+        picks, score, first_fit = scored_solution(
             snapshot, usage, plans, view, CandidateIndex(snapshot), picks, policy, prefer
         )
-    return NodeResult(node, _allocations(snapshot, plans, picks, node), score=score)
+    allocations = _allocations(snapshot, plans, picks, node)
+    return NodeResult(node, allocations, score=score, first_fit=first_fit)
 
 
 def _allocations(
@@ -129,6 +134,37 @@ class Placement:
     nodes_searched: int
 
 
+NODE_KEY_TERMS = ("prefer", "preference", "topology", "loss", "load", "node")
+"""What scored mode ranks nodes by, in order (lower wins): outside the preferred nodes, the
+solution's `firstAvailable` preference, topology spread and fragmentation loss, the busier node
+(load negated), the name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """A node where the claims fit, and its key (`NODE_KEY_TERMS`; empty in first-fit mode)."""
+
+    result: NodeResult
+    key: tuple[object, ...]
+
+
+@dataclass(slots=True)
+class Comparison:
+    order: list[str]
+    """The nodes in the order they were searched."""
+    searched: int = 0
+    fitting: list[Compared] = field(default_factory=list)
+    """In search order; scored mode stops after `max_fitting_nodes` of them."""
+    looked_at: int = 0
+    """How many nodes of `order` the search reached: those after them were not tried."""
+
+    @property
+    def winner(self) -> NodeResult | None:
+        if not self.fitting:
+            return None
+        return min(self.fitting, key=lambda c: c.key).result
+
+
 class Placer:
     """Chooses a node for one pod's claims and records the allocation in `usage`."""
 
@@ -165,41 +201,46 @@ class Placer:
         """
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
-        signature = "|".join(p.signature for p in plans)
         candidates = self.nodes if nodes is None else list(nodes)
+        comparison = self.compare(plans, candidates, prefer)
+        best = comparison.winner
+        if best is None or best.allocations is None:
+            return Placement(None, None, self._reason(plans, candidates), comparison.searched)
+        for allocation in best.allocations:
+            self.record(allocation, best.node)
+        return Placement(best.node, best.allocations, None, comparison.searched)
+
+    def compare(
+        self, plans: Sequence[ClaimPlan], candidates: Sequence[str], prefer: Collection[str] = ()
+    ) -> Comparison:
+        """Search the nodes as `place` does, recording nothing: the nodes that fit, what they
+        were compared by, and the winner (`explain` shows this)."""
+        signature = "|".join(p.signature for p in plans)
         if self.mode is AllocationMode.FIRST_FIT:
-            order = candidates
+            order = list(candidates)
         else:
             order = sorted(
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
             )
-        best: NodeResult | None = None
-        best_key: tuple[object, ...] = ()
-        fits = 0
-        searched = 0
+        comparison = Comparison(order)
         for node in order:
+            comparison.looked_at += 1
             version = self.usage.node_version(node)
             if self._unfit.get((signature, node)) == version:
                 continue
-            searched += 1
+            comparison.searched += 1
             result = search_node(self.snapshot, self.usage, plans, node, self.mode, self.policy)
             if result.allocations is None:
                 self._unfit[(signature, node)] = version
                 continue
             if self.mode is AllocationMode.FIRST_FIT:
-                best = result
+                comparison.fitting.append(Compared(result, ()))
                 break
-            fits += 1
             key = (result.node not in prefer, *self._node_key(result))
-            if best is None or key < best_key:
-                best, best_key = result, key
-            if fits >= self.policy.max_fitting_nodes:
+            comparison.fitting.append(Compared(result, key))
+            if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
-        if best is None or best.allocations is None:
-            return Placement(None, None, self._reason(plans, candidates), searched)
-        for allocation in best.allocations:
-            self.record(allocation, best.node)
-        return Placement(best.node, best.allocations, None, searched)
+        return comparison
 
     def _node_key(self, result: NodeResult) -> tuple[object, ...]:
         """Across nodes: the solution's score without device positions, then the busier node."""
@@ -237,8 +278,11 @@ def _result_count(allocation: Mapping[str, Any]) -> int:
 
 
 __all__ = [
+    "NODE_KEY_TERMS",
     "AllocationError",
     "AllocationMode",
+    "Compared",
+    "Comparison",
     "NodeResult",
     "Placement",
     "Placer",

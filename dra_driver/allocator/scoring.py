@@ -391,14 +391,13 @@ def scored_solution(
     first_fit: list[Pick],
     policy: ScoringPolicy,
     prefer: frozenset[int] = frozenset(),
-) -> tuple[list[Pick], SolutionScore]:
+) -> tuple[list[Pick], SolutionScore, SolutionScore]:
+    """(the best solution found, its score, the score of first fit's solution)."""
     model = FragmentationModel(snapshot)
     baseline_state = SearchState(snapshot, usage, plans, view, index)
     baseline = _replay(baseline_state, first_fit, model)
-    best = (
-        score_of(baseline_state, baseline, _preference(plans, baseline), policy, prefer),
-        baseline,
-    )
+    first = score_of(baseline_state, baseline, _preference(plans, baseline), policy, prefer)
+    best = (first, baseline)
     search = ScoredSearch(
         SearchState(snapshot, usage, plans, view, index, policy.max_steps), policy, prefer
     )
@@ -406,7 +405,7 @@ def scored_solution(
     for candidate in search.solutions:
         if candidate[0] < best[0]:
             best = candidate
-    return _in_search_order(plans, view, best[1]), best[0]
+    return _in_search_order(plans, view, best[1]), best[0], first
 
 
 def _in_search_order(plans: Sequence[ClaimPlan], view: NodeView, picks: list[Pick]) -> list[Pick]:

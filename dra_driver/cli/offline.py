@@ -15,8 +15,11 @@ from typing import Any
 
 from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.explain import explain_claim
+from dra_driver.cli.explain_pod import explain_pod
 from dra_driver.cli.inputs import InputFileError, load_objects
 from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress, simulate_all
+from dra_driver.queues.spec import format_gpu
+from dra_driver.simulation.allocation_report import ReportPoint, ReportRow, parse_points
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +29,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=(
-            "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, and "
-            "for simulate Pods, ResourceClaimTemplates and GpuQueues"
+            "multi-document YAML: ResourceSlices, DeviceClasses, ResourceClaims, Nodes, Pods "
+            "and ResourceClaimTemplates, and for simulate GpuQueues"
         ),
     )
     parser.add_argument(
@@ -69,6 +72,40 @@ def _table(outcomes: list[ClaimOutcome], pods: list[PodOutcome]) -> str:
     return text
 
 
+def _report_table(rows: list[ReportRow]) -> str:
+    capacity = format_gpu(rows[0].capacity)
+    table: list[tuple[str, ...]] = [
+        ("POINT", "TIME", "ARRIVED", "ALLOCATED", "RATIO", "IDLE", "UNALLOCATED", "NOTE")
+    ]
+    for row in rows:
+        if not row.reached:
+            share = f" ({100 * row.arrived / row.capacity:.1f}% of the capacity)"
+            note = f"not reached: the arrived demand ended at {format_gpu(row.arrived)} GPUs"
+            note += share if row.capacity else ""
+            table.append((row.point.text, "-", "-", "-", "-", "-", "-", note))
+            continue
+        table.append(
+            (
+                row.point.text,
+                f"{row.time:g}s",
+                format_gpu(row.arrived),
+                format_gpu(row.allocated),
+                f"{100 * row.ratio:.2f}%",
+                format_gpu(row.idle),
+                format_gpu(row.unallocated),
+                "",
+            )
+        )
+    return f"GPU allocation report (capacity {capacity} GPUs; figures in GPUs):\n" + _columns(table)
+
+
+def _points(text: str) -> list[ReportPoint]:
+    try:
+        return parse_points(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _progress() -> Progress | None:
     """A line on stderr, rewritten at most twice a second, when stderr is a terminal."""
     if not sys.stderr.isatty():
@@ -88,7 +125,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     progress = _progress()
     try:
         outcomes: Outcomes = simulate_all(
-            load_objects(args.input), AllocationMode(args.mode), progress
+            load_objects(args.input), AllocationMode(args.mode), progress, args.report
         )
     except (InputFileError, InputError) as err:
         print(f"dra-driver simulate: {err}", file=sys.stderr)
@@ -103,6 +140,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         }
         if outcomes.queues is not None:
             out["queues"] = outcomes.queues.as_json()
+        if outcomes.report is not None:
+            out["report"] = [row.as_json() for row in outcomes.report]
         json.dump(out, sys.stdout, indent=2)
         print()
     else:
@@ -111,12 +150,19 @@ def run_simulate(args: argparse.Namespace) -> int:
             for rows in outcomes.queues.tables():
                 print()
                 print(_columns(rows))
+        if outcomes.report:
+            print()
+            print(_report_table(outcomes.report))
     return 0
 
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        lines = explain_claim(load_objects(args.input), args.claim, AllocationMode(args.mode))
+        objects = load_objects(args.input)
+        if args.pod is not None:
+            lines = explain_pod(objects, args.pod, AllocationMode(args.mode))
+        else:
+            lines = explain_claim(objects, args.claim, AllocationMode(args.mode))
     except (InputFileError, InputError) as err:
         print(f"dra-driver explain: {err}", file=sys.stderr)
         return 2
@@ -139,18 +185,45 @@ def register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_common(parser)
     parser.add_argument("--output", choices=["json", "table"], default="table")
+    parser.add_argument(
+        "--report",
+        type=_points,
+        default=[],
+        metavar="POINTS",
+        help=(
+            "comma-separated points at which to report the GPU allocation: N%% is read just "
+            "after the arrival that brings the GPUs asked for by the pods and claims that "
+            "arrived (placed or not) to N %% of the GPU capacity (with GpuQueues: after the "
+            "decisions of that time), Ns is the state after every event at or before N "
+            "seconds. The GPU capacity is the number of physical GPUs (devices tied by "
+            "shared counters count once; a MIG device or share counts as the part of its GPU "
+            "it takes). Reports arrived, allocated (held at the point), ratio "
+            "(allocated/capacity), idle (capacity - allocated) and unallocated GPUs (asked for "
+            "by pods and claims that arrived, have not left and hold nothing); a share point "
+            "never reached says so. Example: --report 100%%,110%%,120%%,3600s"
+        ),
+    )
     parser.set_defaults(run=run_simulate)
 
 
 def register_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "explain",
-        help="say why a claim does not fit, node by node",
+        help="say why a claim or pod does not fit, node by node",
         description=(
             "Replay the claims before NS/NAME as simulate does, then say, for every node, why "
-            "the claim fits there or not."
+            "the claim fits there or not. With --pod, replay the claims no pod uses and the "
+            "pods arriving before it, then say why each node takes the pod or not. In scored "
+            "mode, also show the nodes the choice compared and the score terms on which each "
+            "lost to the chosen one."
         ),
     )
     _add_common(parser)
-    parser.add_argument("--claim", required=True, metavar="NS/NAME", help="the claim to explain")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--claim", metavar="NS/NAME", help="the claim to explain")
+    target.add_argument(
+        "--pod",
+        metavar="NS/NAME",
+        help="the pod to explain (an input without GpuQueues)",
+    )
     parser.set_defaults(run=run_explain)

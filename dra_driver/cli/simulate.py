@@ -13,12 +13,16 @@ When the file also holds GpuQueue objects, the pods are replayed through queues 
 (`dra_driver.simulation.queued`): a pod that cannot be placed waits in its queue and is decided
 again whenever the cluster changes, in the controller's order and within its limits, with
 reclaim; the outcome then carries a per-queue report.
+
+With report points (`--report`), the GPU allocation report of
+`dra_driver.simulation.allocation_report` is read as the replay passes them.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +38,7 @@ from dra_driver.allocator.claims import claim_key
 from dra_driver.allocator.result import allocation_node
 from dra_driver.cli.inputs import ClusterObjects
 from dra_driver.queues import QueueTree
+from dra_driver.simulation.allocation_report import AllocationReport, ReportPoint, ReportRow
 from dra_driver.simulation.pods import ARRIVAL, DEPARTURE, key_of, pod_claims, seconds
 from dra_driver.simulation.queue_report import QueueReport, build_report
 from dra_driver.simulation.queued import QueuedReplay
@@ -83,6 +88,8 @@ class Outcomes:
     pods: list[PodOutcome] = field(default_factory=list)
     queues: QueueReport | None = None
     """Only when the input holds GpuQueue objects."""
+    report: list[ReportRow] | None = None
+    """Only when report points were asked for: one row per point, in the order given."""
 
 
 Progress = Callable[[float, int], None]
@@ -128,12 +135,23 @@ def simulate(objects: ClusterObjects, mode: AllocationMode) -> list[ClaimOutcome
 
 
 def simulate_all(
-    objects: ClusterObjects, mode: AllocationMode, progress: Progress | None = None
+    objects: ClusterObjects,
+    mode: AllocationMode,
+    progress: Progress | None = None,
+    report: Sequence[ReportPoint] = (),
 ) -> Outcomes:
-    """Claims no pod uses first, in file order, then the pods; InputError for malformed input."""
+    """Claims no pod uses first, in file order, then the pods; InputError for malformed input,
+    or for share points in `report` when the input publishes no GPUs."""
     run = Simulation(objects, mode)
     by_key = {claim_key(claim): claim for claim in objects.claims}
-    used = _claims_used_by_pods(objects, by_key)
+    used = claims_used_by_pods(objects, by_key)
+    reader: AllocationReport | None = None
+    if report:
+        try:
+            reader = AllocationReport(run.snapshot, run.usage, report)
+        except ValueError as err:
+            raise InputError(f"--report {err}") from None
+        reader.read_shares(0.0)  # what the input holds already may reach a point
     outcomes = Outcomes()
     seen: set[str] = set()
     for claim in pending_claims(objects):
@@ -142,15 +160,21 @@ def simulate_all(
             raise InputError(f"ResourceClaim {key} appears twice in the input")
         seen.add(key)
         if key not in used:
-            outcomes.claims.append(run.allocate(claim))
+            outcome = run.allocate(claim)
+            outcomes.claims.append(outcome)
+            if reader is not None:
+                reader.arrive(reader.units.asked([claim]), outcome.allocated)
+                reader.read_shares(0.0)
     if objects.queues:
-        _replay_queued(run, objects, mode, by_key, outcomes, progress)
-    elif objects.pods:
-        _place_pods(run, objects, mode, by_key, outcomes)
+        _replay_queued(run, objects, mode, by_key, outcomes, progress, reader)
+    else:
+        _place_pods(run, objects, mode, by_key, outcomes, reader)
+    if reader is not None:
+        outcomes.report = reader.rows()
     return outcomes
 
 
-def _claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> set[str]:
+def claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> set[str]:
     """Keys of the ResourceClaims pods name directly. Each must be pending and used by one pod
     only: the engine allocates a pod's claims with the pod, and a claim shared between pods or
     allocated before would need the pod pinned to that claim's node, which it does not model."""
@@ -177,18 +201,66 @@ def _claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> 
     return set(used)
 
 
-def _arrivals(pods: list[dict[str, Any]]) -> list[tuple[float, float | None, dict[str, Any]]]:
+def pod_arrivals(pods: list[dict[str, Any]]) -> list[tuple[float, float | None, dict[str, Any]]]:
     """(arrival, departure, pod) in arrival order; file order among equal arrivals, and a pod
-    without the arrival annotation arrives at 0."""
+    without the arrival annotation arrives at 0. InputError for a pod given twice."""
     timed = []
+    seen: set[str] = set()
     for pod in pods:
+        key = key_of(pod)
+        if key in seen:
+            raise InputError(f"Pod {key} appears twice in the input")
+        seen.add(key)
         arrival = seconds(pod, ARRIVAL) or 0.0
         departure = seconds(pod, DEPARTURE)
         if departure is not None and departure < arrival:
-            raise InputError(f"Pod {key_of(pod)}: {DEPARTURE} is before {ARRIVAL}")
+            raise InputError(f"Pod {key}: {DEPARTURE} is before {ARRIVAL}")
         timed.append((arrival, departure, pod))
     timed.sort(key=lambda t: t[0])
     return timed
+
+
+class PodReplay:
+    """Pods placed when they arrive or never; a pod's departure gives its room back before any
+    later arrival. `explain` drives it up to the pod it is asked about."""
+
+    def __init__(
+        self,
+        run: Simulation,
+        objects: ClusterObjects,
+        mode: AllocationMode,
+        claims: Mapping[str, Mapping[str, Any]],
+        *,
+        keep_candidates: bool = False,
+    ) -> None:
+        self.cluster = Cluster(
+            run.snapshot,
+            objects.nodes,
+            PodPolicy(mode.value),
+            usage=run.usage,
+            keep_candidates=keep_candidates,
+        )
+        self.claims = claims
+        self.templates = {key_of(t): t for t in objects.templates}
+        self._leaving: list[tuple[float, int, PodPlacement]] = []
+        self._order = itertools.count()
+
+    def release_until(self, time: float) -> None:
+        """Let every pod due to leave at or before `time` go."""
+        while self._leaving and self._leaving[0][0] <= time:
+            self.cluster.release_pod(heapq.heappop(self._leaving)[2])
+
+    def claims_of(self, pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        return pod_claims(pod, self.claims, self.templates)
+
+    def place(
+        self, pod: Mapping[str, Any], own: list[Mapping[str, Any]], departure: float | None
+    ) -> PodPlacement:
+        """Raises AllocationError as the allocator does for a fatal claim."""
+        placement = self.cluster.place_pod(pod, own)
+        if placement.node is not None and departure is not None:
+            heapq.heappush(self._leaving, (departure, next(self._order), placement))
+        return placement
 
 
 def _place_pods(
@@ -197,35 +269,55 @@ def _place_pods(
     mode: AllocationMode,
     claims: Mapping[str, Mapping[str, Any]],
     outcomes: Outcomes,
+    report: AllocationReport | None,
 ) -> None:
-    cluster = Cluster(run.snapshot, objects.nodes, PodPolicy(mode.value), usage=run.usage)
-    templates = {key_of(t): t for t in objects.templates}
-    seen: set[str] = set()
-    leaving: list[tuple[float, int, PodPlacement]] = []
-    for order, (arrival, departure, pod) in enumerate(_arrivals(objects.pods)):
-        key = key_of(pod)
-        if key in seen:
-            raise InputError(f"Pod {key} appears twice in the input")
-        seen.add(key)
-        while leaving and leaving[0][0] <= arrival:
-            cluster.release_pod(heapq.heappop(leaving)[2])
-        own = pod_claims(pod, claims, templates)
-        namespace, name = key.split("/", 1)
-        try:
-            placement = cluster.place_pod(pod, own)
-        except AllocationError as err:
-            outcomes.pods.append(PodOutcome(namespace, name, None, str(err)))
-            outcomes.claims += [_claim_outcome(c, None, None, str(err)) for c in own]
-            continue
-        outcomes.pods.append(PodOutcome(namespace, name, placement.node, placement.reason))
-        if placement.node is None or placement.allocations is None:
-            why = f"pod {key} not placed: {placement.reason}"
-            outcomes.claims += [_claim_outcome(c, None, None, why) for c in own]
-            continue
-        for claim, allocation in zip(own, placement.allocations, strict=True):
-            outcomes.claims.append(_claim_outcome(claim, placement.node, allocation, None))
-        if departure is not None:
-            heapq.heappush(leaving, (departure, order, placement))
+    if not objects.pods:
+        if report is not None:
+            for number, time in report.due_times(None):
+                report.read(number, time)
+        return
+    replay = PodReplay(run, objects, mode, claims)
+    for arrival, departure, pod in pod_arrivals(objects.pods):
+        if report is not None:
+            for number, time in report.due_times(arrival):
+                replay.release_until(time)
+                report.read(number, time)
+        replay.release_until(arrival)
+        own = replay.claims_of(pod)
+        placed = _place_one(replay, pod, own, departure, outcomes)
+        if report is not None:
+            report.arrive(report.units.asked(own), placed)
+            report.read_shares(arrival)
+    if report is not None:
+        for number, time in report.due_times(None):
+            replay.release_until(time)
+            report.read(number, time)
+
+
+def _place_one(
+    replay: PodReplay,
+    pod: Mapping[str, Any],
+    own: list[Mapping[str, Any]],
+    departure: float | None,
+    outcomes: Outcomes,
+) -> bool:
+    """Place one pod and note its outcome and its claims'; whether it was placed."""
+    key = key_of(pod)
+    namespace, name = key.split("/", 1)
+    try:
+        placement = replay.place(pod, own, departure)
+    except AllocationError as err:
+        outcomes.pods.append(PodOutcome(namespace, name, None, str(err)))
+        outcomes.claims += [_claim_outcome(c, None, None, str(err)) for c in own]
+        return False
+    outcomes.pods.append(PodOutcome(namespace, name, placement.node, placement.reason))
+    if placement.node is None or placement.allocations is None:
+        why = f"pod {key} not placed: {placement.reason}"
+        outcomes.claims += [_claim_outcome(c, None, None, why) for c in own]
+        return False
+    for claim, allocation in zip(own, placement.allocations, strict=True):
+        outcomes.claims.append(_claim_outcome(claim, placement.node, allocation, None))
+    return True
 
 
 def _replay_queued(
@@ -235,6 +327,7 @@ def _replay_queued(
     claims: Mapping[str, Mapping[str, Any]],
     outcomes: Outcomes,
     progress: Progress | None,
+    report: AllocationReport | None,
 ) -> None:
     """The pods through the file's GpuQueues (see `dra_driver.simulation.queued`)."""
     cluster = Cluster(run.snapshot, objects.nodes, PodPolicy(mode.value), usage=run.usage)
@@ -247,16 +340,16 @@ def _replay_queued(
         if outcome.allocation is not None:
             replay.add_claim_usage(outcome.namespace, outcome.allocation)
     templates = {key_of(t): t for t in objects.templates}
-    seen: set[str] = set()
-    for arrival, departure, pod in _arrivals(objects.pods):
-        key = key_of(pod)
-        if key in seen:
-            raise InputError(f"Pod {key} appears twice in the input")
-        seen.add(key)
-        replay.add_pod(pod, pod_claims(pod, claims, templates), key, arrival, departure)
-    for now in replay.steps():
-        if progress is not None:
-            progress(now, replay.events_left)
+    arrivals: list[float] = []
+    for arrival, departure, pod in pod_arrivals(objects.pods):
+        arrivals.append(arrival)
+        replay.add_pod(pod, pod_claims(pod, claims, templates), key_of(pod), arrival, departure)
+    if report is None:
+        for now in replay.steps():
+            if progress is not None:
+                progress(now, replay.events_left)
+    else:
+        _queued_with_report(replay, arrivals, report, progress)
     for job in replay.jobs:
         namespace, name = job.namespace, job.name
         if job.last_node is None or job.last_allocations is None:
@@ -270,6 +363,40 @@ def _replay_queued(
         for made, allocation in zip(job.claims, job.last_allocations, strict=True):
             outcomes.claims.append(_claim_outcome(made, job.last_node, allocation, None))
     outcomes.queues = build_report(replay)
+
+
+def _queued_with_report(
+    replay: QueuedReplay,
+    arrivals: Sequence[float],
+    report: AllocationReport,
+    progress: Progress | None,
+) -> None:
+    """Advance the queued replay, reading report points after the decisions of each event time:
+    pods that arrive together are decided together, so a share point is read once all of them
+    were. An evicted pod that comes back is the same demand, so it does not arrive again."""
+    asks = [report.units.asked(job.claims) for job in replay.jobs]
+    lone = report.waiting
+    arrived = 0
+
+    def waiting() -> float:
+        jobs = replay.jobs[:arrived]
+        left = (job.placement is None and not job.finished for job in jobs)
+        return lone + sum(ask for ask, waits in zip(asks[:arrived], left, strict=True) if waits)
+
+    report.waiting_now = waiting
+    for number, time in report.due_times(replay.next_time):
+        report.read(number, time)
+    for now in replay.steps():
+        if progress is not None:
+            progress(now, replay.events_left)
+        while arrived < len(arrivals) and arrivals[arrived] <= now:
+            report.arrived += asks[arrived]
+            arrived += 1
+        report.read_shares(now)
+        for number, time in report.due_times(replay.next_time):
+            report.read(number, time)
+    for number, time in report.due_times(None):
+        report.read(number, time)
 
 
 def _claim_outcome(

@@ -194,6 +194,12 @@ class QueuedReplay:
     def events_left(self) -> int:
         return len(self._events)
 
+    @property
+    def next_time(self) -> float | None:
+        """When the next event is due; None when none is left. Until then the state that
+        `steps()` last yielded holds (a report reads time points from it)."""
+        return self._events[0][0] if self._events else None
+
     # --- the timeline -----------------------------------------------------------------------
 
     def steps(self) -> Iterator[float]:

@@ -30,6 +30,28 @@ class NodeUnits:
     """Equal for nodes whose devices are equal up to names, so their scores can be shared."""
 
 
+def counter_units(devices: Sequence[Device]) -> tuple[tuple[int, ...], ...]:
+    """Indexes into `devices`, grouped into units: devices that consume a common counter of
+    their pool, directly or through other devices, are one unit (one physical GPU)."""
+    parent = list(range(len(devices)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[tuple[int, int], int] = {}
+    for i, device in enumerate(devices):
+        for counter, _ in device.consumes:
+            j = owner.setdefault((device.pool_index, counter), i)
+            parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(devices)):
+        groups.setdefault(root(i), []).append(i)
+    return tuple(tuple(g) for g in groups.values())
+
+
 class Rooms:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -45,23 +67,7 @@ class Rooms:
 
     def _build(self, name: str) -> NodeUnits:
         devices = tuple(self.snapshot.view(name).devices)
-        parent = list(range(len(devices)))
-
-        def root(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        owner: dict[tuple[int, int], int] = {}
-        for i, device in enumerate(devices):
-            for counter, _ in device.consumes:
-                j = owner.setdefault((device.pool_index, counter), i)
-                parent[root(i)] = root(j)
-        groups: dict[int, list[int]] = {}
-        for i in range(len(devices)):
-            groups.setdefault(root(i), []).append(i)
-        units = tuple(tuple(g) for g in groups.values())
+        units = counter_units(devices)
         shape = (
             tuple(
                 (

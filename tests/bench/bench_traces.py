@@ -6,8 +6,9 @@ The traces are those of Weng et al., "Beware of Fragmentation: Scheduling GPU-Sh
 with Fragmentation Gradient Descent" (USENIX ATC '23). As in the paper, pods are sampled with
 replacement until the arrived GPU demand reaches 130 % of the cluster's GPUs, placed in that order
 and never moved; the GPU allocation ratio (allocated GPU capacity / all GPUs) and idle GPUs are
-read when the arrived demand reaches 100 % and 120 %. Each pod goes through the simulator's
-placement (simulation/replay.py): node CPU and memory plus its claim from a ResourceClaimTemplate.
+read when the arrived demand reaches 100 % and 120 %, by the report `simulate --report` prints
+(simulation/allocation_report.py). Each pod goes through the simulator's placement
+(simulation/replay.py): node CPU and memory plus its claim from a ResourceClaimTemplate.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import time
 from pathlib import Path
 
 from dra_driver.allocator import ClusterSnapshot
+from dra_driver.simulation.allocation_report import AllocationReport, parse_points
 from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from tests.bench.traces import cluster, inflate, pod_objects, read_nodes, read_pods
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "openb"
-POINTS = (1.0, 1.2)
+POINTS = ("100%", "120%")
 PUBLISHED = {
     # FGD paper, Figure/Table of GPU allocation ratio at 100 % / 120 % arrived demand.
     "gpushare40": {"packing": (89.77, 89.95), "best fit": (91.44, 91.61), "FGD": (93.96, 94.09)},
@@ -34,28 +36,24 @@ PUBLISHED = {
 
 
 def run(directory: Path, trace: str, policy: PodPolicy, seed: int) -> list[tuple[float, float]]:
-    """(allocation ratio %, idle GPUs) at each of POINTS."""
-    rows = read_nodes(directory)
-    nodes, slices, classes = cluster(rows)
-    capacity = float(sum(int(r["gpu"]) for r in rows))
-    pods = inflate(read_pods(directory, trace), capacity, 1.3, seed)
-    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, policy)
-    arrived = allocated = 0.0
-    found: list[tuple[float, float]] = []
+    """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them."""
+    nodes, slices, classes = cluster(read_nodes(directory))
+    snapshot = ClusterSnapshot.build(slices, classes, nodes)
+    sim = Cluster(snapshot, nodes, policy)
+    report = AllocationReport(snapshot, sim.usage, parse_points(",".join(POINTS)))
+    pods = inflate(read_pods(directory, trace), report.capacity, 1.3, seed)
     verbose = sys.stderr.isatty()
     for i, trace_pod in enumerate(pods):
         pod, templates = pod_objects(trace_pod, i)
         claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
-        if sim.place_pod(pod, claims).node is not None:
-            allocated += trace_pod.gpu_demand
-        arrived += trace_pod.gpu_demand
-        while len(found) < len(POINTS) and arrived >= POINTS[len(found)] * capacity:
-            found.append((100 * allocated / capacity, capacity - allocated))
+        placed = sim.place_pod(pod, claims).node is not None
+        report.arrive(report.units.asked(claims), placed)
+        report.read_shares(0.0)
         if verbose and i % 500 == 0:
             print(f"\r{trace} {policy} seed {seed}: {i}/{len(pods)}", end="", file=sys.stderr)
     if verbose:
         print(file=sys.stderr)
-    return found
+    return [(100 * row.ratio, row.idle) for row in report.rows()]
 
 
 def main(argv: list[str] | None = None) -> int:
