@@ -8,14 +8,17 @@ node cannot host the shape (CPU, memory or too few usable devices), else the roo
 fragmentation weighs the shapes by the learned workload (workload.py). A pod goes to the node,
 and the unit on it, that increases expected fragmentation least.
 
-Two choices go beyond the paper's published method, both measured on the openb traces (see
-docs/performance.md): shapes are weighed by the device room they ask for (their pod count times
-their devices times the share of a device each takes), not by their pod count alone, because what
-the cluster loses when a shape finds no room is that room; a shape that asks for no device (a
-CPU-only pod) still counts, with the weight of a small share (`NO_DEVICE_WEIGHT`), since the CPU it
-needs can strand a node's devices. And among nodes whose increase is equal, the node with the
-least free device room wins (then node order): equal increases mostly mean "no typical shape is
-hurt here", and filling the fuller node keeps emptier nodes whole for the large shapes.
+Shapes are weighed by their share of the pods, as in the paper; the most common ones that
+together make up `COVERAGE` of the pods are kept (at most `MAX_SHAPES`), so a rare shape that
+asks for a whole node of devices is still seen in a varied workload. Weighing shapes by the device
+room they ask for instead was measured and rejected: it helps where pods mostly share GPUs and
+costs several points where pods are pinned to models or ask for many GPUs (docs/performance.md).
+
+Among nodes whose increase is equal, the node with the least free device room wins, then node
+order. Equal increases mostly mean "no common shape is hurt here"; the kube-scheduler breaks such
+ties at random, node order alone piles pods onto the first nodes, and filling the fuller node
+keeps the emptier ones whole for the large shapes (on the openb traces it beat node order on all
+three and random ties where both were measured; docs/performance.md).
 
 Every node is considered: nodes in equal states (same devices, availability and free resources)
 share one evaluation, and evaluations are cached per state until the workload is refreshed. The
@@ -38,10 +41,8 @@ from dra_driver.simulation.rooms import NodeUnits, Rooms
 from dra_driver.simulation.workload import Demand, Shape, Workload
 
 EPS = 1e-9
-NO_DEVICE_WEIGHT = 0.05
-"""Device room a shape without device demand is weighed with: a twentieth of one device."""
 COVERAGE = 0.95
-"""The shapes kept are the heaviest ones that together hold this much of the weighed workload."""
+"""The shapes kept are the most common ones that together make up this share of the pods."""
 MAX_SHAPES = 48
 """...and no more than this many: a node's fragmentation costs one pass per shape kept."""
 
@@ -94,7 +95,6 @@ class FragmentationIndex:
         ] = {}
         self._version = -1
         self._weighted: list[tuple[Shape, float]] = []
-        self._units: dict[tuple[object, ...], float] = {}
         self._states: dict[str, tuple[object, State]] = {}
 
     # -- static structure -----------------------------------------------------------------
@@ -173,40 +173,17 @@ class FragmentationIndex:
             self._weighted = self.weighted(self.workload.distribution())
 
     def weighted(self, distribution: Sequence[tuple[Shape, float]]) -> list[tuple[Shape, float]]:
-        """The workload's shapes weighed by the device room each asks for; the heaviest kept
-        (`COVERAGE`, `MAX_SHAPES`) and renormalised. Weighing before trimming matters: a rare
-        shape that asks for a whole node of devices outweighs many small shares."""
-        raw = [(s, p * max(self.asked_room(s), NO_DEVICE_WEIGHT)) for s, p in distribution]
-        raw.sort(key=lambda item: -item[1])
-        total = sum(w for _, w in raw)
-        if total <= 0:
-            return list(distribution)
+        """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
+        renormalised."""
+        ranked = sorted(distribution, key=lambda item: -item[1])
         kept: list[tuple[Shape, float]] = []
         mass = 0.0
-        for shape, w in raw:
-            if mass >= COVERAGE * total or len(kept) >= MAX_SHAPES:
+        for shape, p in ranked:
+            if mass >= COVERAGE or len(kept) >= MAX_SHAPES:
                 break
-            kept.append((shape, w))
-            mass += w
-        return [(shape, w / mass) for shape, w in kept]
-
-    def asked_room(self, shape: Shape) -> float:
-        """Devices times the room each takes, measured on the first node with a device that
-        matches (0 for a shape without device demand or one that matches nowhere)."""
-        demand = shape.demand
-        if demand is None:
-            return 0.0
-        found = self._units.get(demand.key)
-        if found is None:
-            found = 0.0
-            for node in self.snapshot.schedulable_node_names():
-                sizes = [size for unit in self.matching(node, demand) for _, size in unit]
-                finite = [size for size in sizes if size != float("inf")]
-                if finite:
-                    found = demand.count * min(finite)
-                    break
-            self._units[demand.key] = found
-        return found
+            kept.append((shape, p))
+            mass += p
+        return [(shape, p / mass) for shape, p in kept] if mass > 0 else []
 
     def fragmentation(self, node: str, avail: Sequence[float], free: tuple[int, ...]) -> float:
         units = self.rooms.node(node)

@@ -37,8 +37,8 @@ from dra_driver.allocator.capacity import large_enough, share_demand
 from dra_driver.allocator.claims import ALL, Alternative, plan_claim
 from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
-from dra_driver.allocator.snapshot import Device, Pool
-from dra_driver.simulation.rooms import counter_units
+from dra_driver.allocator.snapshot import Device
+from dra_driver.simulation.rooms import counter_units, unit_shares
 
 
 class GpuUnits:
@@ -54,7 +54,7 @@ class GpuUnits:
         self._devices: dict[int, Device] = {}
         for number, members in enumerate(units):
             devices = [usable[i] for i in members]
-            for device, share in zip(devices, _unit_shares(snapshot, devices, names), strict=True):
+            for device, share in zip(devices, unit_shares(snapshot, devices, names), strict=True):
                 self._unit[device.id] = number
                 self._share[device.id] = share
                 self._devices[device.id] = device
@@ -148,48 +148,3 @@ def _fraction(device: Device, consumed: Mapping[str, Number]) -> float:
         if rule.value
     ]
     return max(fractions, default=1.0)
-
-
-def _unit_shares(
-    snapshot: ClusterSnapshot,
-    devices: Sequence[Device],
-    names: dict[int, dict[int, tuple[str, str]]],
-) -> list[float]:
-    """Each device's share of the unit, measured on the unit's partition counters; `names`
-    caches each pool's counter index → (counter set, counter)."""
-    groups: dict[tuple[int, str, str], set[int]] = {}
-    for device in devices:
-        pool_names = names.get(device.pool_index)
-        if pool_names is None:
-            pool = snapshot.pools[device.pool_index]
-            pool_names = names[device.pool_index] = _counter_names(pool)
-        for counter, _ in device.consumes:
-            counter_set, name = pool_names[counter]
-            base = name.rstrip("0123456789")
-            groups.setdefault((device.pool_index, counter_set, base), set()).add(counter)
-    if not groups:
-        return [1.0 for _ in devices]
-    most = max(len(counters) for counters in groups.values())
-    partition = [(key[0], counters) for key, counters in groups.items() if len(counters) == most]
-    shares: list[float] = []
-    for device in devices:
-        totals = snapshot.pools[device.pool_index].counter_totals
-        taken = dict(device.consumes)
-        fractions = [
-            sum(float(taken.get(c, 0)) for c in counters) / whole
-            for pool_index, counters in partition
-            if pool_index == device.pool_index
-            and (whole := sum(float(totals[c]) for c in counters)) > 0
-        ]
-        share = max(fractions, default=0.0)
-        if share <= 0:
-            share = max(
-                (float(amount / totals[c]) for c, amount in device.consumes if totals[c]),
-                default=1.0,
-            )
-        shares.append(share)
-    return shares
-
-
-def _counter_names(pool: Pool) -> dict[int, tuple[str, str]]:
-    return {index: key for key, index in pool.counter_index.items()}

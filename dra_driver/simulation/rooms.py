@@ -2,8 +2,9 @@
 
 A node's devices fall into units: devices tied together by shared counters (a GPU's whole device,
 its MIG placements, its consumable-capacity share device) form one unit; a device without
-counters is a unit of its own. A device's *weight* is the largest share of its unit's counters
-it consumes (1 for a whole GPU, 1/7 for a 1g MIG slice of seven). Its *availability* is the
+counters is a unit of its own. A device's *weight* is what it takes of its unit, measured on the
+unit's partition counters (`unit_shares`): 1 for a whole GPU, 1/8 for a 1g MIG slice of an H100
+whose memory is cut in eight slices. Its *availability* is the
 weight it could still offer now: 0 when held exclusively or when its counters are taken, the
 free fraction of its capacity when it is shared (consumable capacity), its weight when free. A
 unit's room is its best device's availability. These are the quantities the fragmentation score
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocator import ClusterSnapshot, Usage
-from dra_driver.allocator.snapshot import Device
+from dra_driver.allocator.snapshot import Device, Pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class Rooms:
         self.snapshot = snapshot
         self._nodes: dict[str, NodeUnits] = {}
         self._weights: dict[int, float] = {}
+        self._names: dict[int, dict[int, tuple[str, str]]] = {}
         self._signatures: dict[object, int] = {}
 
     def node(self, name: str) -> NodeUnits:
@@ -68,6 +70,12 @@ class Rooms:
     def _build(self, name: str) -> NodeUnits:
         devices = tuple(self.snapshot.view(name).devices)
         units = counter_units(devices)
+        for unit in units:
+            members = [devices[i] for i in unit]
+            for device, share in zip(
+                members, unit_shares(self.snapshot, members, self._names), strict=True
+            ):
+                self._weights[device.id] = share
         shape = (
             tuple(
                 (
@@ -83,13 +91,18 @@ class Rooms:
         return NodeUnits(devices, units, signature)
 
     def weight(self, device: Device) -> float:
+        """What the device takes of its unit (its GPU), on the unit's partition counters (see
+        unit_shares): a MIG 1g slice of eight weighs 1/8, not the 1 its own slice counter
+        says. A device of a node is weighed with the rest of its node; one bound to no single
+        node (network-attached) on its own."""
         found = self._weights.get(device.id)
         if found is None:
-            totals = self.snapshot.pools[device.pool_index].counter_totals
-            found = max(
-                (float(a / totals[c]) for c, a in device.consumes if totals[c]), default=1.0
-            )
-            self._weights[device.id] = found
+            if device.node_name is not None:
+                self.node(device.node_name)
+                found = self._weights.get(device.id)
+            if found is None:
+                found = unit_shares(self.snapshot, [device], self._names)[0]
+                self._weights[device.id] = found
         return found
 
     def available(self, usage: Usage, device: Device) -> float:
@@ -121,3 +134,48 @@ def _free_fraction(usage: Usage, device: Device) -> float:
 
 def unit_rooms(units: NodeUnits, avail: Sequence[float]) -> list[float]:
     return [max(avail[i] for i in unit) for unit in units.units]
+
+
+def unit_shares(
+    snapshot: ClusterSnapshot,
+    devices: Sequence[Device],
+    names: dict[int, dict[int, tuple[str, str]]],
+) -> list[float]:
+    """Each device's share of the unit, measured on the unit's partition counters; `names`
+    caches each pool's counter index → (counter set, counter)."""
+    groups: dict[tuple[int, str, str], set[int]] = {}
+    for device in devices:
+        pool_names = names.get(device.pool_index)
+        if pool_names is None:
+            pool = snapshot.pools[device.pool_index]
+            pool_names = names[device.pool_index] = counter_names(pool)
+        for counter, _ in device.consumes:
+            counter_set, name = pool_names[counter]
+            base = name.rstrip("0123456789")
+            groups.setdefault((device.pool_index, counter_set, base), set()).add(counter)
+    if not groups:
+        return [1.0 for _ in devices]
+    most = max(len(counters) for counters in groups.values())
+    partition = [(key[0], counters) for key, counters in groups.items() if len(counters) == most]
+    shares: list[float] = []
+    for device in devices:
+        totals = snapshot.pools[device.pool_index].counter_totals
+        taken = dict(device.consumes)
+        fractions = [
+            sum(float(taken.get(c, 0)) for c in counters) / whole
+            for pool_index, counters in partition
+            if pool_index == device.pool_index
+            and (whole := sum(float(totals[c]) for c in counters)) > 0
+        ]
+        share = max(fractions, default=0.0)
+        if share <= 0:
+            share = max(
+                (float(amount / totals[c]) for c, amount in device.consumes if totals[c]),
+                default=1.0,
+            )
+        shares.append(share)
+    return shares
+
+
+def counter_names(pool: Pool) -> dict[int, tuple[str, str]]:
+    return {index: key for key, index in pool.counter_index.items()}

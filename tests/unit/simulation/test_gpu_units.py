@@ -159,3 +159,21 @@ def test_trace_pods_ask_and_hold_their_trace_demand() -> None:
             placed += trace_pod.gpu_demand
         assert units.held(sim.usage) == pytest.approx(placed)
     assert 0 < placed <= units.capacity == 12
+
+
+def test_the_fragmentation_index_weighs_a_mig_slice_as_its_part_of_the_gpu() -> None:
+    """A 1g slice in use leaves its GPU partly free: the index's room for that GPU drops below
+    one whole GPU but stays above the half that the largest free placement still offers."""
+    snapshot = h100s()
+    usage = Usage()
+    placer = Placer(snapshot, usage)
+    assert placer.place([mig("a", "1g.10gb")]).node is not None
+    sim = Cluster(snapshot, [], PodPolicy.SCORED, usage=usage)
+    weights = {d.name: sim.index.rooms.weight(d) for d in snapshot.view("node-000").devices}
+    assert {round(w, 3) for w in weights.values()} == {0.125, 0.25, 0.5, 1.0}
+    rooms = []
+    for node in ("node-000", "node-001"):
+        units = sim.index.rooms.node(node)
+        avail = sim.index.rooms.availability(usage, node)
+        rooms += [max(avail[i] for i in unit) for unit in units.units]
+    assert sorted(rooms) == [0.5, 1.0, 1.0, 1.0]
