@@ -114,6 +114,10 @@ class FragmentationModel:
         self._shape_parts: dict[int, Any] = snapshot.neighbourhood_parts
         self._losses: dict[tuple[int, tuple[float, ...]], float] = snapshot.losses
         self._counter_users: dict[int, dict[int, list[Device]]] = snapshot.counter_users
+        # Free room per neighbourhood, valid for one state at one version: ranking a slot's
+        # candidates asks for the same GPU's room dozens of times between two picks.
+        self._rooms: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._rooms_at: tuple[int, int] = (0, -1)
 
     def _weight(self, device: Device) -> float:
         totals = self.snapshot.pools[device.pool_index].counter_totals
@@ -129,10 +133,29 @@ class FragmentationModel:
             self._counter_users[pool_index] = found
         return found
 
+    def _template(self, pool_index: int) -> int:
+        """The first pool whose devices consume the same counters, in the same order, of the
+        same totals: its neighbourhoods are this pool's too (counter indices are per pool), so
+        a cluster of equal nodes works them out once rather than once per node."""
+        found = self.snapshot.pool_templates.get(pool_index)
+        if found is None:
+            pool = self.snapshot.pools[pool_index]
+            shape = (tuple(d.consumes for d in pool.devices), tuple(pool.counter_totals))
+            found = self.snapshot.pool_shapes.setdefault(shape, pool_index)
+            self.snapshot.pool_templates[pool_index] = found
+        return found
+
     def neighbourhood(self, device: Device) -> _Neighbourhood:
         found = self._hoods.get(device.id)
         if found is None:
             pool = self.snapshot.pool_of(device)
+            template = self._template(pool.index)
+            if template != pool.index:
+                position = device.id - pool.devices[0].id
+                if 0 <= position < len(pool.devices) and pool.devices[position] is device:
+                    twin = self.snapshot.pools[template].devices[position]
+                    found = self._hoods[device.id] = self.neighbourhood(twin)
+                    return found
             mine = {counter for counter, _ in device.consumes}
             users = self._users(pool.index)
             seen: set[int] = {device.id}
@@ -154,7 +177,10 @@ class FragmentationModel:
             shape = self._shapes.setdefault((taking, mate_shapes, totals), len(self._shapes))
             # Equal shapes share one copy of their structure: 124,000 devices, a few dozen shapes.
             taking, mate_shapes = self._shape_parts.setdefault(shape, (taking, mate_shapes))
-            found = _Neighbourhood(tuple(counters), shape, taking, mate_shapes)
+            # One tuple per counter group, so devices of one GPU share their room (see `loss`).
+            group = tuple(counters)
+            group = self.snapshot.counter_groups.setdefault(group, group)
+            found = _Neighbourhood(group, shape, taking, mate_shapes)
             self._hoods[device.id] = found
         return found
 
@@ -174,13 +200,22 @@ class FragmentationModel:
             return 0.0
         hood = self.neighbourhood(device)
         pool = device.pool_index
-        totals = self.snapshot.pools[pool].counter_totals
-        used = state.usage.counters.get(pool)
-        delta = state.counter_delta
-        room = tuple(
-            float(totals[c] - (used[c] if used is not None else 0) - delta.get((pool, c), 0))
-            for c in hood.counters
-        )
+        at = (id(state), state.version)
+        if at != self._rooms_at:
+            self._rooms.clear()
+            self._rooms_at = at
+        # The counters tuple lives as long as the snapshot's neighbourhoods: its id is stable.
+        room_key = (pool, id(hood.counters))
+        room = self._rooms.get(room_key)
+        if room is None:
+            totals = self.snapshot.pools[pool].counter_totals
+            used = state.usage.counters.get(pool)
+            delta = state.counter_delta
+            room = tuple(
+                float(totals[c] - (used[c] if used is not None else 0) - delta.get((pool, c), 0))
+                for c in hood.counters
+            )
+            self._rooms[room_key] = room
         key = (hood.shape, room)
         found = self._losses.get(key)
         if found is not None:
@@ -255,10 +290,9 @@ class ScoredSearch:
                 claim, alt, device, slot_picks
             ):
                 continue
-            pick = state.try_pick(claim, alt, device)
+            pick = state.check_pick(claim, alt, device)
             if pick is None:
                 continue
-            state.undo(pick)
             left = _share_left(state.usage, device, pick.share)
             mismatch = tuple(
                 sum(

@@ -145,6 +145,8 @@ class SearchState:
         self.capacity_delta: dict[int, dict[str, Number]] = {}
         self.steps = 0
         self.max_steps = max_steps
+        self.version = 0
+        """Bumped by every apply and undo, so what is derived from the state can be cached."""
 
     # --- checks -------------------------------------------------------------------------------
 
@@ -222,6 +224,14 @@ class SearchState:
 
     def try_pick(self, claim: int, alt: Alternative, device: Device) -> Pick | None:
         """All post-selector checks; applies the pick and returns it, or None (nothing changed)."""
+        pick = self.check_pick(claim, alt, device)
+        if pick is not None:
+            self.apply(pick)
+        return pick
+
+    def check_pick(self, claim: int, alt: Alternative, device: Device) -> Pick | None:
+        """The checks of `try_pick` (one step of the budget), without applying the pick: ranking
+        candidates only needs to know which would fit, and with what share."""
         self.steps += 1
         if self.steps > self.max_steps:
             raise SearchBudgetError
@@ -241,9 +251,7 @@ class SearchState:
             return None
         if self.plans[claim].constraints and not self.constraint_holds(claim, alt, device):
             return None
-        pick = Pick(claim, alt, device, share, consume)
-        self.apply(pick)
-        return pick
+        return Pick(claim, alt, device, share, consume)
 
     def constraint_is_why(self, claim: int, alt: Alternative, device: Device) -> bool:
         """Whether a constraint rejects a device that passes the checks upstream makes first.
@@ -273,6 +281,7 @@ class SearchState:
 
     def apply(self, pick: Pick) -> None:
         device = pick.device
+        self.version += 1
         self.picks.append(pick)
         if not pick.alternative.admin_access:
             self.picked[device.id] = self.picked.get(device.id, 0) + 1
@@ -292,6 +301,7 @@ class SearchState:
         popped = self.picks.pop()
         assert popped is pick, "picks are undone in reverse order"
         device = pick.device
+        self.version += 1
         if not pick.alternative.admin_access:
             self.picked[device.id] -= 1
             if not self.picked[device.id]:

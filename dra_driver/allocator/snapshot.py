@@ -172,6 +172,9 @@ class ClusterSnapshot:
         self.neighbourhood_parts: dict[int, Any] = {}
         self.losses: dict[tuple[int, tuple[float, ...]], float] = {}
         self.counter_users: dict[int, dict[int, list[Device]]] = {}
+        self.pool_templates: dict[int, int] = {}
+        self.pool_shapes: dict[object, int] = {}
+        self.counter_groups: dict[tuple[int, ...], tuple[int, ...]] = {}
         self.devices: list[Device] = [d for p in pools for d in p.devices]
         self._views: dict[str, NodeView] = {}
         self._ordered_pools: list[Pool] | None = None
