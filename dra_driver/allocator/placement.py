@@ -16,6 +16,7 @@ from typing import Any
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.explain import explain_node
+from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.result import build_allocation
 from dra_driver.allocator.scoring import ScoringPolicy, SolutionScore, scored_solution
 from dra_driver.allocator.search import (
@@ -26,7 +27,7 @@ from dra_driver.allocator.search import (
     SearchBudgetError,
     SearchState,
 )
-from dra_driver.allocator.snapshot import ClusterSnapshot
+from dra_driver.allocator.snapshot import ClusterSnapshot, Device
 from dra_driver.allocator.usage import Usage
 from dra_driver.cel import CelCompileError
 
@@ -77,22 +78,75 @@ def search_node(
     max_steps: int = DEFAULT_MAX_STEPS,
     prefer: frozenset[int] = frozenset(),
 ) -> NodeResult:
+    solution = _solve(snapshot, usage, plans, node, mode, policy, max_steps, prefer)
+    if solution.picks is None:
+        return NodeResult(node, None, solution.reason)
+    allocations = _allocations(snapshot, plans, solution.picks, node)
+    return NodeResult(node, allocations, score=solution.score, first_fit=solution.first_fit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Solution:
+    """The devices chosen on one node (None: the claims do not fit, for `reason`)."""
+
+    picks: list[Pick] | None
+    reason: str | None = None
+    score: SolutionScore | None = None
+    first_fit: SolutionScore | None = None
+
+
+def _solve(
+    snapshot: ClusterSnapshot,
+    usage: Usage,
+    plans: Sequence[ClaimPlan],
+    node: str,
+    mode: AllocationMode,
+    policy: ScoringPolicy,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    prefer: frozenset[int] = frozenset(),
+) -> _Solution:
     view = snapshot.view(node)
     state = SearchState(snapshot, usage, plans, view, CandidateIndex(snapshot), max_steps)
     try:
         picks = FirstFitSearch(state).run()
     except SearchBudgetError:
-        return NodeResult(node, None, f"gave up after {max_steps} candidate checks")
+        return _Solution(None, f"gave up after {max_steps} candidate checks")
     if picks is None:
-        return NodeResult(node, None, "the claims do not fit")
-    score: SolutionScore | None = None
-    first_fit: SolutionScore | None = None
+        return _Solution(None, "the claims do not fit")
     if mode is AllocationMode.SCORED:
         picks, score, first_fit = scored_solution(
             snapshot, usage, plans, view, CandidateIndex(snapshot), picks, policy, prefer
         )
-    allocations = _allocations(snapshot, plans, picks, node)
-    return NodeResult(node, allocations, score=score, first_fit=first_fit)
+        return _Solution(picks, score=score, first_fit=first_fit)
+    return _Solution(picks)
+
+
+_StoredPick = tuple[int, int, int, Device, dict[str, Number] | None, bool, float]
+"""(claim, request, alternative, device, share, consumed counters, loss): a pick without the
+plan objects, so it can be replayed for another pod whose claims have the same signature."""
+
+
+def _stored(plans: Sequence[ClaimPlan], picks: Sequence[Pick]) -> list[_StoredPick]:
+    where = {
+        id(alt): (r, a)
+        for plan in plans
+        for r, request in enumerate(plan.requests)
+        for a, alt in enumerate(request.alternatives)
+    }
+    stored: list[_StoredPick] = []
+    for p in picks:
+        r, a = where[id(p.alternative)]
+        stored.append((p.claim, r, a, p.device, p.share, p.consumed_counters, p.loss))
+    return stored
+
+
+def _replayed(plans: Sequence[ClaimPlan], stored: Sequence[_StoredPick]) -> list[Pick]:
+    picks: list[Pick] = []
+    for claim, r, a, device, share, consumed, loss in stored:
+        alt = plans[claim].requests[r].alternatives[a]
+        share_copy = dict(share) if share is not None else None
+        picks.append(Pick(claim, alt, device, share_copy, consumed, loss))
+    return picks
 
 
 def _allocations(
@@ -185,6 +239,11 @@ class Placer:
         self.nodes = list(nodes) if nodes is not None else snapshot.node_names()
         self.explain_failures = explain_failures
         self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
+        self._fits = {}
+        """Scored mode: (signature, node) → the solution found at that node's usage version.
+        Most nodes compared for a pod are not the one it goes to; the next pod of the same
+        shape finds them unchanged and reuses their solution instead of searching again."""
         self.node_load: dict[str, int] = {}
 
     def place(
@@ -229,7 +288,7 @@ class Placer:
             if self._unfit.get((signature, node)) == version:
                 continue
             comparison.searched += 1
-            result = search_node(self.snapshot, self.usage, plans, node, self.mode, self.policy)
+            result = self._search(plans, signature, node, version)
             if result.allocations is None:
                 self._unfit[(signature, node)] = version
                 continue
@@ -241,6 +300,27 @@ class Placer:
             if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
         return comparison
+
+    def _search(
+        self, plans: Sequence[ClaimPlan], signature: str, node: str, version: tuple[int, int]
+    ) -> NodeResult:
+        """`search_node`, answered from `_fits` when the node has not changed since (scored)."""
+        if self.mode is not AllocationMode.SCORED:
+            return search_node(self.snapshot, self.usage, plans, node, self.mode, self.policy)
+        cached = self._fits.get((signature, node))
+        if cached is not None and cached[0] == version:
+            solution = cached[1]
+            picks = _replayed(plans, cached[2])
+        else:
+            solution = _solve(self.snapshot, self.usage, plans, node, self.mode, self.policy)
+            if solution.picks is None:
+                return NodeResult(node, None, solution.reason)
+            picks = solution.picks
+            if len(self._fits) >= 100_000:
+                self._fits.clear()
+            self._fits[(signature, node)] = (version, solution, _stored(plans, picks))
+        allocations = _allocations(self.snapshot, plans, picks, node)
+        return NodeResult(node, allocations, score=solution.score, first_fit=solution.first_fit)
 
     def _node_key(self, result: NodeResult) -> tuple[object, ...]:
         """Across nodes: the solution's score without device positions, then the busier node."""

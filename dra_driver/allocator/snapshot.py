@@ -250,6 +250,10 @@ class ClusterSnapshot:
             return node_selector_matches(device.node_selector, node, self.node_labels.get(node, {}))
         return False
 
+    def pool_nodes(self, pool_index: int) -> frozenset[str] | None:
+        """The nodes a pool's devices name, when every device names one; else None."""
+        return self._bound_nodes(self.pools[pool_index])
+
     def _bound_nodes(self, pool: Pool) -> frozenset[str] | None:
         """The nodes a pool's devices name, when every device names one; else None."""
         if pool.index not in self._pool_nodes:

@@ -95,7 +95,7 @@ class Usage:
                     self.exclusive.pop(device.id, None)
             if was_in_use != self.in_use(device):
                 self._consume_counters(snapshot, device, 1 if not was_in_use else -1)
-            self._touch(device)
+            self._touch(snapshot, device)
 
     def _consume_counters(self, snapshot: ClusterSnapshot, device: Device, sign: int) -> None:
         if not device.consumes:
@@ -111,11 +111,21 @@ class Usage:
         else:
             self.over_committed.discard(pool.index)
 
-    def _touch(self, device: Device) -> None:
+    def _touch(self, snapshot: ClusterSnapshot, device: Device) -> None:
         if device.node_name is not None:
             self.node_versions[device.node_name] += 1
         else:
             self.node_versions["*"] += 1
+        if device.consumes:
+            # Counters belong to the pool: when its devices span nodes, taking one changes what
+            # fits on the others too, and answers cached for them must expire.
+            nodes = snapshot.pool_nodes(device.pool_index)
+            if nodes is None:
+                self.node_versions["*"] += 1
+            elif len(nodes) > 1:
+                for name in nodes:
+                    if name != device.node_name:
+                        self.node_versions[name] += 1
 
     def conflict(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any]) -> str | None:
         """Why `allocation` cannot be added to what is taken now, or None when it can.
