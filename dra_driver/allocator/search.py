@@ -332,9 +332,9 @@ class SearchState:
 
 def attribute_of(device: Device, name: str) -> tuple[str, object] | None:
     """Fully qualified lookup, then the bare id when the domain is the device's driver."""
-    found = device.attributes.get(name)
+    found = device.attribute(name)
     if found is None and "/" not in name:
-        found = device.attributes.get(f"{device.driver}/{name}")
+        found = device.attribute(f"{device.driver}/{name}")
     return found
 
 

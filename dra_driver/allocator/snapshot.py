@@ -44,17 +44,74 @@ class Taint:
     effect: str
 
 
+_UNPARSED: Any = object()
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    """One attribute or capacity entry, shared by every device that publishes it unchanged.
+
+    `full` is its content as a hashable value (what selector projections compare); `parsed` is
+    filled on first successful parse, so 124,000 devices parse a few hundred distinct entries.
+    """
+
+    key: str
+    value: Any
+    full: tuple[str, object]
+    ident: str
+    parsed: Any = _UNPARSED
+
+
+@dataclass(eq=False, slots=True)
+class _Layout:
+    """The keys of a section, in order, for one driver: shared by devices publishing the same
+    keys, with the look-ups every such device would otherwise build for itself."""
+
+    keys: tuple[str, ...]
+    index: dict[str, int]
+    """Fully qualified name → position (the last entry wins, as in a dict built in order)."""
+    relevant: dict[frozenset[str], tuple[int, ...]] = field(default_factory=dict)
+    """Projection names → positions of the entries whose id they name."""
+
+    def positions(self, names: frozenset[str], items: tuple[_Item, ...]) -> tuple[int, ...]:
+        found = self.relevant.get(names)
+        if found is None:
+            found = tuple(i for i, item in enumerate(items) if item.ident in names)
+            self.relevant[names] = found
+        return found
+
+
+@dataclass(eq=False, slots=True)
+class _Section:
+    """A device's attributes or capacities: interned entries and their shared layout."""
+
+    items: tuple[_Item, ...]
+    layout: _Layout
+    checked: bool = False
+    """Every entry parsed once: errors are raised as the dict-building parse raised them."""
+    parsed: dict[str, Any] | None = None
+    """Capacity sections only: the parsed map, shared by the devices that share the section."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {item.key: item.value for item in self.items}
+
+
 @dataclass(eq=False, slots=True)
 class Device:
-    """One published device, with everything the search asks about it pre-parsed."""
+    """One published device, with everything the search asks about it pre-parsed.
+
+    The slice's JSON is not kept: attributes and capacities are interned entries shared across
+    devices and nodes (most are equal), so the snapshot's size follows the distinct values
+    rather than the published JSON. Anything that is not the ordinary form (a section that is
+    not an object, a non-boolean allowMultipleAllocations) is kept as given in `_odd`, so
+    errors come out exactly as from the JSON.
+    """
 
     id: int
     name: str
     driver: str
     pool_index: int
     slice_name: str
-    raw: Mapping[str, Any]
-    where: str
     consumes: tuple[tuple[int, Number], ...]
     taints: tuple[Taint, ...]
     allow_multiple: bool
@@ -62,48 +119,131 @@ class Device:
     all_nodes: bool
     node_selector: Mapping[str, Any] | None
     has_binding_conditions: bool
-    cache_key: tuple[str, ...] | None
-    _entries: tuple[Entry, ...] | None = None
-    _entries_read: bool = False
-    _attributes: dict[str, AttributeValue] | None = None
-    _capacity: dict[str, CapacityRule] | None = None
+    _token: str | None
+    _attrs: _Section | None
+    _caps: _Section | None
+    _odd: dict[str, Any] | None = None
+
+    @property
+    def where(self) -> str:
+        return f"ResourceSlice {self.slice_name}: device {self.name}"
+
+    @property
+    def cache_key(self) -> tuple[str, ...] | None:
+        """(driver, slice, slice version, device) when the slice has a resourceVersion."""
+        token = self._token
+        return (self.driver, self.slice_name, token, self.name) if token else None
+
+    def _raw_section(self, name: str) -> object:
+        odd = self._odd
+        if odd is not None and name in odd:
+            return odd[name]
+        section = self._attrs if name == "attributes" else self._caps
+        return section.as_dict() if section is not None else None
+
+    def _checked(self, section: _Section, kind: str) -> None:
+        """Parse every entry once, raising the first error as the map-building parse would."""
+        parse = _attribute if kind == "attributes" else _capacity
+        where = self.where
+        for item in section.items:
+            if item.parsed is _UNPARSED:
+                item.parsed = parse(item.value, f"{where}.{kind}[{item.key}]")
+        section.checked = True
 
     @property
     def attributes(self) -> dict[str, AttributeValue]:
-        """Fully qualified name → (kind, value); parsed on first use (constraints, scoring)."""
-        if self._attributes is None:
-            raw = _mapping(self.raw.get("attributes") or {}, f"{self.where}.attributes")
-            self._attributes = {
+        """Fully qualified name → (kind, value), built on each call (hot paths use `attribute`)."""
+        section = self._attrs
+        if section is None:
+            raw = _mapping(self._raw_section("attributes") or {}, f"{self.where}.attributes")
+            return {
                 _qualify(key, self.driver): _attribute(spec, f"{self.where}.attributes[{key}]")
                 for key, spec in raw.items()
             }
-        return self._attributes
+        if not section.checked:
+            self._checked(section, "attributes")
+        return {_qualify(item.key, self.driver): item.parsed for item in section.items}
 
     @property
     def capacity(self) -> dict[str, CapacityRule]:
-        """Fully qualified name → capacity; parsed on first use (capacity requests, shares)."""
-        if self._capacity is None:
-            raw = _mapping(self.raw.get("capacity") or {}, f"{self.where}.capacity")
-            self._capacity = {
+        """Fully qualified name → capacity; parsed once per distinct set of capacities."""
+        section = self._caps
+        if section is None:
+            raw = _mapping(self._raw_section("capacity") or {}, f"{self.where}.capacity")
+            return {
                 _qualify(key, self.driver): _capacity(spec, f"{self.where}.capacity[{key}]")
                 for key, spec in raw.items()
             }
-        return self._capacity
+        if section.parsed is None:
+            if not section.checked:
+                self._checked(section, "capacity")
+            section.parsed = {
+                _qualify(item.key, self.driver): item.parsed for item in section.items
+            }
+        return section.parsed
+
+    def attribute(self, qualified: str) -> AttributeValue | None:
+        """One attribute by fully qualified name, without building the whole map."""
+        section = self._attrs
+        if section is None:
+            return self.attributes.get(qualified)
+        if not section.checked:
+            self._checked(section, "attributes")
+        position = section.layout.index.get(qualified)
+        return None if position is None else section.items[position].parsed
 
     @property
     def entries(self) -> tuple[Entry, ...] | None:
-        """Attributes and capacities as text, for selector projections (projection.py)."""
-        if not self._entries_read:
-            self._entries = device_entries(self.raw)
-            self._entries_read = True
-        return self._entries
+        """Attributes and capacities as text (projection.py's form, for tools and tests)."""
+        sections = {name: self._raw_section(name) for name in ("attributes", "capacity")}
+        return device_entries(sections)
+
+    def projection_key(self, names: frozenset[str] | None) -> tuple[object, ...] | None:
+        """What a selector naming only `names` can see of this device; None when it may see
+        more (opaque selector, or a section that is not an object). Equal keys, equal verdicts."""
+        if names is None or (
+            self._odd is not None and ("attributes" in self._odd or "capacity" in self._odd)
+        ):
+            return None
+        seen: list[tuple[str, object]] = []
+        for section, kind in ((self._attrs, "a"), (self._caps, "c")):
+            if section is None:
+                continue
+            items = section.items
+            for position in section.layout.positions(names, items):
+                seen.append((kind, items[position].full))
+        return (self.driver, self.allow_multiple, tuple(seen))
 
     def variable(self) -> DeviceVariable:
         """A fresh CEL `device` value; callers keep it only as long as they need it (memory)."""
-        return device_variable(self.driver, self.raw)
+        raw: dict[str, Any] = {}
+        for name in ("attributes", "capacity"):
+            value = self._raw_section(name)
+            if value is not None:
+                raw[name] = value
+        odd = self._odd
+        if odd is not None and "allowMultipleAllocations" in odd:
+            raw["allowMultipleAllocations"] = odd["allowMultipleAllocations"]
+        elif self.allow_multiple:
+            raw["allowMultipleAllocations"] = True
+        return device_variable(self.driver, raw)
 
-    def attribute(self, qualified: str) -> AttributeValue | None:
-        return self.attributes.get(qualified)
+    def content(self) -> tuple[object, ...]:
+        """Everything the allocator reads of the device, as a hashable value (equal devices)."""
+        return (
+            self.name,
+            self.driver,
+            tuple(i.full for i in self._attrs.items) if self._attrs is not None else None,
+            tuple(i.full for i in self._caps.items) if self._caps is not None else None,
+            repr(sorted(self._odd.items())) if self._odd is not None else None,
+            self.consumes,
+            self.taints,
+            self.allow_multiple,
+            self.node_name,
+            self.all_nodes,
+            repr(self.node_selector),
+            self.has_binding_conditions,
+        )
 
 
 @dataclass(eq=False, slots=True)
@@ -365,6 +505,7 @@ def _build_pools(headers: Sequence[_SliceHeader]) -> list[Pool]:
         by_pool.setdefault((header.driver, header.pool), []).append(header)
     pools: list[Pool] = []
     next_id = 0
+    interner = _Interner()
     for (driver, pool_name), members in sorted(by_pool.items()):
         generation = max(h.generation for h in members)
         current = sorted((h for h in members if h.generation == generation), key=lambda h: h.name)
@@ -380,7 +521,7 @@ def _build_pools(headers: Sequence[_SliceHeader]) -> list[Pool]:
         seen: set[str] = set()
         for header in current:
             for index, raw in enumerate(header.devices):
-                device = _device(pool, header, index, raw, next_id)
+                device = _device(pool, header, index, raw, next_id, interner)
                 next_id += 1
                 if device.name in seen and pool.invalid is None:
                     pool.invalid = (
@@ -415,12 +556,62 @@ def _add_counters(pool: Pool, slices: Sequence[_SliceHeader]) -> None:
                     pool.counter_totals.append(value)
 
 
+def _content(value: object) -> object:
+    """A hashable stand-in for a JSON value: equal stand-ins, equal values."""
+    if type(value) is dict and len(value) == 1:
+        for kind, inner in value.items():
+            if type(inner) in (str, int, bool):
+                return (kind, type(inner).__name__, inner)
+    return repr(value)
+
+
+class _Interner:
+    """Shares equal entries, sections and layouts among the devices of one build."""
+
+    def __init__(self) -> None:
+        self.items: tuple[dict[tuple[str, object], _Item], dict[tuple[str, object], _Item]] = (
+            {},
+            {},
+        )
+        self.layouts: dict[tuple[str, tuple[str, ...]], _Layout] = {}
+        self.capacities: dict[tuple[object, ...], _Section] = {}
+
+    def section(self, entries: dict[str, Any], driver: str, capacity: bool) -> _Section:
+        table = self.items[capacity]
+        items: list[_Item] = []
+        for key, value in entries.items():
+            full = (key, _content(value))
+            item = table.get(full)
+            if item is None:
+                item = table[full] = _Item(key, value, full, key.rpartition("/")[2])
+            items.append(item)
+        shared = tuple(items)
+        if capacity:
+            found = self.capacities.get((driver, *(i.full for i in shared)))
+            if found is not None:
+                return found
+        keys = tuple(entries)
+        layout = self.layouts.get((driver, keys))
+        if layout is None:
+            index = {_qualify(key, driver): i for i, key in enumerate(keys)}
+            layout = self.layouts[(driver, keys)] = _Layout(keys, index)
+        section = _Section(shared, layout)
+        if capacity:
+            self.capacities[(driver, *(i.full for i in shared))] = section
+        return section
+
+
 def _device(
-    pool: Pool, header: _SliceHeader, index: int, raw: Mapping[str, Any], device_id: int
+    pool: Pool,
+    header: _SliceHeader,
+    index: int,
+    raw: Mapping[str, Any],
+    device_id: int,
+    interner: _Interner,
 ) -> Device:
     where = f"ResourceSlice {header.name}: spec.devices[{index}]"
     name = _string(raw.get("name"), f"{where}.name")
-    where = f"ResourceSlice {header.name}: device {name}"
+    where = f"ResourceSlice {header.name}: device {name}"  # only for errors: kept lazily
     consumes: list[tuple[int, Number]] = []
     entries = raw.get("consumesCounters") or []
     if not isinstance(entries, list):
@@ -450,15 +641,35 @@ def _device(
         selector = raw.get("nodeSelector") or None
     else:
         node_name, all_nodes, selector = header.node_name, header.all_nodes, header.node_selector
-    token = header.cache_token
+    odd: dict[str, Any] = {}
+    sections: list[_Section | None] = []
+    for section_name in ("attributes", "capacity"):
+        value = raw.get(section_name)
+        if value is None:
+            sections.append(None)
+        elif type(value) is dict and all(type(k) is str for k in value):
+            # An empty map reads as an absent one everywhere (parse, CEL, projections).
+            sections.append(
+                interner.section(value, header.driver, section_name == "capacity")
+                if value
+                else None
+            )
+        else:
+            sections.append(None)
+            odd[section_name] = value
+    multi = raw.get("allowMultipleAllocations")
+    if multi is not None and type(multi) is not bool:
+        odd["allowMultipleAllocations"] = multi
     return Device(
         id=device_id,
         name=name,
         driver=header.driver,
         pool_index=pool.index,
         slice_name=header.name,
-        raw=raw,
-        where=where,
+        _token=header.cache_token,
+        _attrs=sections[0],
+        _caps=sections[1],
+        _odd=odd or None,
         consumes=tuple(consumes),
         taints=taints,
         allow_multiple=bool(raw.get("allowMultipleAllocations")),
@@ -466,7 +677,6 @@ def _device(
         all_nodes=all_nodes,
         node_selector=selector if isinstance(selector, Mapping) else None,
         has_binding_conditions=bool(raw.get("bindingConditions")),
-        cache_key=(header.driver, header.name, token, name) if token else None,
     )
 
 

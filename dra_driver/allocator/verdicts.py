@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.allocator.projection import Entry, projection_key, projection_of
+from dra_driver.allocator.projection import projection_of
 from dra_driver.cel import CelRuntimeError, CompiledSelector, DeviceVariable
 
 
@@ -35,8 +35,7 @@ class Device(Protocol):
     def driver(self) -> str: ...
     @property
     def allow_multiple(self) -> bool: ...
-    @property
-    def entries(self) -> tuple[Entry, ...] | None: ...
+    def projection_key(self, names: frozenset[str] | None) -> tuple[object, ...] | None: ...
     @property
     def cache_key(self) -> tuple[str, ...] | None: ...
 
@@ -95,9 +94,7 @@ class SelectorEvaluator:
 
     def verdict(self, selector: CompiledSelector, device: Device) -> Verdict:
         expression = selector.expression
-        seen = projection_key(
-            projection_of(expression), device.driver, device.allow_multiple, device.entries
-        )
+        seen = device.projection_key(projection_of(expression).names)
         if seen is not None:
             found = self._shared.get(expression, seen)
             if found is None:

@@ -77,14 +77,7 @@ class Rooms:
             ):
                 self._weights[device.id] = share
         shape = (
-            tuple(
-                (
-                    repr(sorted((k, repr(v)) for k, v in d.raw.items())),
-                    d.driver,
-                    tuple(d.consumes),
-                )
-                for d in devices
-            ),
+            tuple((d.content(), d.driver, tuple(d.consumes)) for d in devices),
             units,
         )
         signature = self._signatures.setdefault(shape, len(self._signatures))
