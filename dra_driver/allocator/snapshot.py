@@ -57,7 +57,7 @@ class _Item:
 
     key: str
     value: Any
-    full: tuple[str, object]
+    full: tuple[Any, ...]
     ident: str
     parsed: Any = _UNPARSED
 
@@ -205,7 +205,7 @@ class Device:
             self._odd is not None and ("attributes" in self._odd or "capacity" in self._odd)
         ):
             return None
-        seen: list[tuple[str, object]] = []
+        seen: list[tuple[str, tuple[Any, ...]]] = []
         for section, kind in ((self._attrs, "a"), (self._caps, "c")):
             if section is None:
                 continue
@@ -556,15 +556,6 @@ def _add_counters(pool: Pool, slices: Sequence[_SliceHeader]) -> None:
                     pool.counter_totals.append(value)
 
 
-def _content(value: object) -> object:
-    """A hashable stand-in for a JSON value: equal stand-ins, equal values."""
-    if type(value) is dict and len(value) == 1:
-        for kind, inner in value.items():
-            if type(inner) in (str, int, bool):
-                return (kind, type(inner).__name__, inner)
-    return repr(value)
-
-
 class _Interner:
     """Shares equal entries, sections and layouts among the devices of one build."""
 
@@ -576,11 +567,23 @@ class _Interner:
         self.layouts: dict[tuple[str, tuple[str, ...]], _Layout] = {}
         self.capacities: dict[tuple[object, ...], _Section] = {}
 
-    def section(self, entries: dict[str, Any], driver: str, capacity: bool) -> _Section:
+    def section(self, entries: dict[Any, Any], driver: str, capacity: bool) -> _Section | None:
+        """The interned section, or None when a key is not a string (kept as given)."""
         table = self.items[capacity]
         items: list[_Item] = []
         for key, value in entries.items():
-            full = (key, _content(value))
+            if type(key) is not str:
+                return None
+            # A hashable stand-in for the JSON value (equal stand-ins, equal values): the
+            # common one-entry map of a scalar directly, anything else by its repr.
+            full: tuple[Any, ...] | None = None
+            if type(value) is dict and len(value) == 1:
+                for kind, inner in value.items():
+                    kind_of = type(inner)
+                    if kind_of is str or kind_of is int or kind_of is bool:
+                        full = (key, kind, kind_of, inner)
+            if full is None:
+                full = (key, None, None, repr(value))
             item = table.get(full)
             if item is None:
                 item = table[full] = _Item(key, value, full, key.rpartition("/")[2])
@@ -621,10 +624,7 @@ def _device(
         set_name = _string(entry.get("counterSet"), f"{where}.consumesCounters[{k}].counterSet")
         counters = _mapping(entry.get("counters") or {}, f"{where}.consumesCounters[{k}].counters")
         for counter, spec in counters.items():
-            amount = quantity_value(
-                _mapping(spec, f"{where}.consumesCounters[{k}].counters[{counter}]").get("value"),
-                f"{where}.consumesCounters[{k}].counters[{counter}].value",
-            )
+            amount = _counter_amount(spec, where, k, counter)
             position = pool.counter_index.get((set_name, counter))
             if position is None:
                 if pool.invalid is None:
@@ -647,13 +647,14 @@ def _device(
         value = raw.get(section_name)
         if value is None:
             sections.append(None)
-        elif type(value) is dict and all(type(k) is str for k in value):
-            # An empty map reads as an absent one everywhere (parse, CEL, projections).
-            sections.append(
-                interner.section(value, header.driver, section_name == "capacity")
-                if value
-                else None
-            )
+        elif type(value) is dict and not value:
+            sections.append(None)  # an empty map reads as an absent one everywhere
+        elif (
+            type(value) is dict
+            and (section := interner.section(value, header.driver, section_name == "capacity"))
+            is not None
+        ):
+            sections.append(section)
         else:
             sections.append(None)
             odd[section_name] = value
@@ -677,6 +678,20 @@ def _device(
         all_nodes=all_nodes,
         node_selector=selector if isinstance(selector, Mapping) else None,
         has_binding_conditions=bool(raw.get("bindingConditions")),
+    )
+
+
+def _counter_amount(spec: object, where: str, k: int, counter: str) -> Number:
+    """A consumed counter's amount; the error's location is only spelled out on failure (a
+    cluster has millions of these entries, and formatting it each time doubled the parse)."""
+    if type(spec) is dict:
+        try:
+            return quantity_value(spec.get("value"), "")
+        except InputError:
+            pass
+    return quantity_value(
+        _mapping(spec, f"{where}.consumesCounters[{k}].counters[{counter}]").get("value"),
+        f"{where}.consumesCounters[{k}].counters[{counter}].value",
     )
 
 

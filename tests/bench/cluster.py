@@ -93,6 +93,53 @@ def fractional(name: str, memory: str = "4Gi", compute: str = "20") -> dict[str,
     return _claim(name, [request])
 
 
+PCI_SELECTOR = (
+    'size(device.attributes["resource.kubernetes.io"].pciBusID) == 12'
+    ' && device.attributes["resource.kubernetes.io"].pciBusID != "0000:08:00.0"'
+)
+"""Whole GPUs other than the first: `size` hides from the projection which keys it reads, so
+the verdict is a CEL evaluation per device (no sharing across devices or nodes)."""
+
+CAPACITY_SELECTOR = (
+    "device.driver in device.capacity"
+    ' && device.capacity[device.driver].memory.compareTo(quantity("20Gi")) >= 0'
+)
+"""MIG devices of 20 GiB or more: membership in the domain map is opaque to the projection too."""
+
+
+def pinned_gpu(name: str) -> dict[str, Any]:
+    request = {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": f"gpu.{DOMAIN}",
+            "selectors": [{"cel": {"expression": PCI_SELECTOR}}],
+        },
+    }
+    return _claim(name, [request])
+
+
+def mig_by_capacity(name: str) -> dict[str, Any]:
+    request = {
+        "name": "mig",
+        "exactly": {
+            "deviceClassName": f"mig.{DOMAIN}",
+            "selectors": [{"cel": {"expression": CAPACITY_SELECTOR}}],
+        },
+    }
+    return _claim(name, [request])
+
+
+def pcie_pair(name: str) -> dict[str, Any]:
+    """Two whole GPUs on one NVLink domain and one PCIe root: on a node where the first free
+    GPU's sibling is taken, first fit has to undo its first pick and try the next GPU."""
+    request = {"name": "gpus", "exactly": {"deviceClassName": f"gpu.{DOMAIN}", "count": 2}}
+    constraints = [
+        {"matchAttribute": f"{DRIVER}/nvlinkDomain"},
+        {"matchAttribute": "resource.kubernetes.io/pcieRoot"},
+    ]
+    return _claim(name, [request], constraints=constraints)
+
+
 MIX = (
     ("gpu", 0.25),
     ("gpu-pair", 0.10),
@@ -100,13 +147,29 @@ MIX = (
     ("timeslice", 0.15),
     ("fractional", 0.15),
 )
+"""The standard mix: its figures stay comparable from one change to the next."""
+
+EXTENDED_MIX = (
+    ("gpu", 0.20),
+    ("gpu-pair", 0.05),
+    ("pcie-pair", 0.05),
+    ("pinned-gpu", 0.05),
+    ("mig", 0.25),
+    ("mig-capacity", 0.10),
+    ("timeslice", 0.15),
+    ("fractional", 0.15),
+)
+"""Adds what the standard mix spares the allocator: selectors evaluated per device and pairs
+that need backtracking."""
 
 
-def claim_mix(count: int, seed: int = 7) -> list[dict[str, Any]]:
-    """`count` claims drawn from MIX; MIG claims pick 1g/2g/3g/4g evenly."""
+def claim_mix(
+    count: int, seed: int = 7, mix: tuple[tuple[str, float], ...] = MIX
+) -> list[dict[str, Any]]:
+    """`count` claims drawn from `mix`; MIG claims pick 1g/2g/3g/4g evenly."""
     rng = random.Random(seed)
-    kinds = [k for k, _ in MIX]
-    weights = [w for _, w in MIX]
+    kinds = [k for k, _ in mix]
+    weights = [w for _, w in mix]
     claims: list[dict[str, Any]] = []
     for i in range(count):
         kind = rng.choices(kinds, weights)[0]
@@ -119,6 +182,12 @@ def claim_mix(count: int, seed: int = 7) -> list[dict[str, Any]]:
             claims.append(mig(name, rng.choice(MIG_PROFILES[:4])))
         elif kind == "timeslice":
             claims.append(timeslice(name))
+        elif kind == "pcie-pair":
+            claims.append(pcie_pair(name))
+        elif kind == "pinned-gpu":
+            claims.append(pinned_gpu(name))
+        elif kind == "mig-capacity":
+            claims.append(mig_by_capacity(name))
         else:
             claims.append(fractional(name))
     return claims
