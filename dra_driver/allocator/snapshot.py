@@ -565,43 +565,65 @@ class _Interner:
             {},
         )
         self.layouts: dict[tuple[str, tuple[str, ...]], _Layout] = {}
-        self.capacities: dict[tuple[object, ...], _Section] = {}
+        self.capacities: dict[tuple[str, str], _Section] = {}
+        self.pool_layouts: dict[int, int] = {}
+        self.counter_layouts: dict[tuple[tuple[str, str], ...], int] = {}
+        self.consumes: dict[tuple[int, str], tuple[tuple[tuple[int, Number], ...], str | None]] = {}
+
+    def counter_layout(self, pool: Pool) -> int:
+        """A number shared by pools whose counters are named and numbered alike."""
+        found = self.pool_layouts.get(pool.index)
+        if found is None:
+            found = self.counter_layouts.setdefault(
+                tuple(pool.counter_index), len(self.counter_layouts)
+            )
+            self.pool_layouts[pool.index] = found
+        return found
 
     def section(self, entries: dict[Any, Any], driver: str, capacity: bool) -> _Section | None:
         """The interned section, or None when a key is not a string (kept as given)."""
-        table = self.items[capacity]
+        if capacity:
+            # Capacity maps repeat whole (every GPU of a model): one look-up by their text.
+            text = (driver, repr(entries))
+            found = self.capacities.get(text)
+            if found is None:
+                found = self._section(entries, driver, self.items[1])
+                if found is not None:
+                    self.capacities[text] = found
+            return found
+        return self._section(entries, driver, self.items[0])
+
+    def _section(
+        self, entries: dict[Any, Any], driver: str, table: dict[tuple[Any, ...], _Item]
+    ) -> _Section | None:
+        lookup = table.get
         items: list[_Item] = []
+        add = items.append
         for key, value in entries.items():
             if type(key) is not str:
                 return None
             # A hashable stand-in for the JSON value (equal stand-ins, equal values): the
             # common one-entry map of a scalar directly, anything else by its repr.
-            full: tuple[Any, ...] | None = None
+            full: tuple[Any, ...]
             if type(value) is dict and len(value) == 1:
-                for kind, inner in value.items():
-                    kind_of = type(inner)
-                    if kind_of is str or kind_of is int or kind_of is bool:
-                        full = (key, kind, kind_of, inner)
-            if full is None:
+                ((kind, inner),) = value.items()
+                kind_of = type(inner)
+                if kind_of is str or kind_of is int or kind_of is bool:
+                    full = (key, kind, kind_of, inner)
+                else:
+                    full = (key, None, None, repr(value))
+            else:
                 full = (key, None, None, repr(value))
-            item = table.get(full)
+            item = lookup(full)
             if item is None:
                 item = table[full] = _Item(key, value, full, key.rpartition("/")[2])
-            items.append(item)
-        shared = tuple(items)
-        if capacity:
-            found = self.capacities.get((driver, *(i.full for i in shared)))
-            if found is not None:
-                return found
+            add(item)
         keys = tuple(entries)
         layout = self.layouts.get((driver, keys))
         if layout is None:
             index = {_qualify(key, driver): i for i, key in enumerate(keys)}
             layout = self.layouts[(driver, keys)] = _Layout(keys, index)
-        section = _Section(shared, layout)
-        if capacity:
-            self.capacities[(driver, *(i.full for i in shared))] = section
-        return section
+        return _Section(tuple(items), layout)
 
 
 def _device(
@@ -612,28 +634,32 @@ def _device(
     device_id: int,
     interner: _Interner,
 ) -> Device:
-    where = f"ResourceSlice {header.name}: spec.devices[{index}]"
-    name = _string(raw.get("name"), f"{where}.name")
-    where = f"ResourceSlice {header.name}: device {name}"  # only for errors: kept lazily
-    consumes: list[tuple[int, Number]] = []
+    given = raw.get("name")
+    name = (
+        given
+        if isinstance(given, str) and given
+        else _string(given, f"ResourceSlice {header.name}: spec.devices[{index}].name")
+    )
+    where = f"ResourceSlice {header.name}: device {name}"
     entries = raw.get("consumesCounters") or []
     if not isinstance(entries, list):
         raise InputError(f"{where}.consumesCounters: expected a list")
-    for k, raw_entry in enumerate(entries):
-        entry = _mapping(raw_entry, f"{where}.consumesCounters[{k}]")
-        set_name = _string(entry.get("counterSet"), f"{where}.consumesCounters[{k}].counterSet")
-        counters = _mapping(entry.get("counters") or {}, f"{where}.consumesCounters[{k}].counters")
-        for counter, spec in counters.items():
-            amount = _counter_amount(spec, where, k, counter)
-            position = pool.counter_index.get((set_name, counter))
-            if position is None:
-                if pool.invalid is None:
-                    pool.invalid = (
-                        f"pool {pool.label} is invalid: device {name} consumes counter "
-                        f"{set_name}/{counter}, which the pool does not define"
-                    )
-                continue
-            consumes.append((position, amount))
+    consumes: tuple[tuple[int, Number], ...] = ()
+    if entries:
+        # Equal lists (the same MIG placement on every GPU and node) are read once per pool.
+        # Pools that define the same counters in the same order resolve them alike.
+        layout = interner.counter_layout(pool)
+        text = repr(entries)
+        found = interner.consumes.get((layout, text))
+        if found is None:
+            found = _consumes(pool, entries, where, name)
+            interner.consumes[(layout, text)] = found
+        consumes, missing = found
+        if missing is not None and pool.invalid is None:
+            pool.invalid = (
+                f"pool {pool.label} is invalid: device {name} consumes counter "
+                f"{missing}, which the pool does not define"
+            )
     taints = tuple(_taint(t, f"{where}.taints[{i}]") for i, t in enumerate(raw.get("taints") or []))
     if header.per_device:
         node_name = raw.get("nodeName") or None
@@ -671,7 +697,7 @@ def _device(
         _attrs=sections[0],
         _caps=sections[1],
         _odd=odd or None,
-        consumes=tuple(consumes),
+        consumes=consumes,
         taints=taints,
         allow_multiple=bool(raw.get("allowMultipleAllocations")),
         node_name=node_name if isinstance(node_name, str) else None,
@@ -679,6 +705,28 @@ def _device(
         node_selector=selector if isinstance(selector, Mapping) else None,
         has_binding_conditions=bool(raw.get("bindingConditions")),
     )
+
+
+def _consumes(
+    pool: Pool, entries: list[Any], where: str, name: str
+) -> tuple[tuple[tuple[int, Number], ...], str | None]:
+    """(counter position, amount) for each counter a device consumes, and the first counter
+    (set/name) the pool does not define, if any. Raises InputError for malformed entries."""
+    consumes: list[tuple[int, Number]] = []
+    missing: str | None = None
+    for k, raw_entry in enumerate(entries):
+        entry = _mapping(raw_entry, f"{where}.consumesCounters[{k}]")
+        set_name = _string(entry.get("counterSet"), f"{where}.consumesCounters[{k}].counterSet")
+        counters = _mapping(entry.get("counters") or {}, f"{where}.consumesCounters[{k}].counters")
+        for counter, spec in counters.items():
+            amount = _counter_amount(spec, where, k, counter)
+            position = pool.counter_index.get((set_name, counter))
+            if position is None:
+                if missing is None:
+                    missing = f"{set_name}/{counter}"
+                continue
+            consumes.append((position, amount))
+    return tuple(consumes), missing
 
 
 def _counter_amount(spec: object, where: str, k: int, counter: str) -> Number:
