@@ -343,15 +343,18 @@ class ClusterSnapshot:
             node_labels[name] = dict(_mapping(meta.get("labels") or {}, f"Node {name} labels"))
             if _mapping(node.get("spec") or {}, f"Node {name} spec").get("unschedulable"):
                 cordoned.add(name)
-        parsed_slices = [_slice_header(s) for s in slices]
+        # Each slice's devices are read into compact records as the slice arrives, so a caller
+        # that streams slices never holds every slice's JSON at once.
+        interner = _Interner()
+        parsed_slices = [_slice_header(s, interner) for s in slices]
         for header in parsed_slices:
             if header.node_name and header.node_name not in node_labels:
                 node_labels[header.node_name] = {}
             for dev in header.devices:
-                node_name = dev.get("nodeName")
-                if isinstance(node_name, str) and node_name and node_name not in node_labels:
+                node_name = dev.named_node
+                if node_name is not None and node_name not in node_labels:
                     node_labels[node_name] = {}
-        pools = _build_pools(parsed_slices)
+        pools = _build_pools(parsed_slices, interner)
         device_classes = {c.name: c for c in (_device_class(raw) for raw in classes)}
         snapshot = cls(
             pools,
@@ -439,7 +442,7 @@ class _SliceHeader:
     all_nodes: bool
     node_selector: Mapping[str, Any] | None
     per_device: bool
-    devices: list[Mapping[str, Any]]
+    devices: list[_Read]
     shared_counters: list[Mapping[str, Any]]
     cache_token: str | None
 
@@ -466,7 +469,105 @@ def _int(value: object, where: str, default: int | None = None) -> int:
     return value
 
 
-def _slice_header(raw: Mapping[str, Any]) -> _SliceHeader:
+@dataclass(slots=True)
+class _Read:
+    """A device read as its slice arrives, before its pool's counters are known.
+
+    `raw` is kept only when something in it is malformed: such a device is parsed again, from
+    its JSON, when its pool is built, so errors surface in the same order and words as ever.
+    """
+
+    named_node: str | None
+    raw: Mapping[str, Any] | None = None
+    name: str = ""
+    sections: tuple[_Section | None, _Section | None] = (None, None)
+    odd: dict[str, Any] | None = None
+    consumes: tuple[str, tuple[tuple[str, str, Number], ...]] | None = None
+    taints: tuple[Taint, ...] = ()
+    node_name: object = None
+    all_nodes: bool = False
+    node_selector: object = None
+    allow_multiple: bool = False
+    has_binding_conditions: bool = False
+
+
+def _read_device(raw: Mapping[str, Any], header_driver: str, interner: _Interner) -> _Read:
+    named = raw.get("nodeName")
+    named_node = named if isinstance(named, str) and named else None
+    name = raw.get("name")
+    entries = raw.get("consumesCounters") or []
+    if not isinstance(name, str) or not name or not isinstance(entries, list):
+        return _Read(named_node, raw)
+    consumes = None
+    if entries:
+        text = repr(entries)
+        found = interner.counters_read.get(text)
+        if found is None:
+            try:
+                found = _read_consumes(entries)
+            except InputError:
+                return _Read(named_node, raw)
+            interner.counters_read[text] = found
+        consumes = (text, found)
+    try:
+        taints = tuple(_taint(t, "") for t in raw.get("taints") or [])
+    except (InputError, TypeError):
+        return _Read(named_node, raw)
+    sections, odd = _sections(raw, header_driver, interner)
+    return _Read(
+        named_node,
+        None,
+        name,
+        sections,
+        odd,
+        consumes,
+        taints,
+        raw.get("nodeName") or None,
+        bool(raw.get("allNodes")),
+        raw.get("nodeSelector") or None,
+        bool(raw.get("allowMultipleAllocations")),
+        bool(raw.get("bindingConditions")),
+    )
+
+
+def _read_consumes(entries: list[Any]) -> tuple[tuple[str, str, Number], ...]:
+    """(counter set, counter, amount) of each consumed counter; InputError when malformed."""
+    found: list[tuple[str, str, Number]] = []
+    for raw_entry in entries:
+        entry = _mapping(raw_entry, "")
+        set_name = _string(entry.get("counterSet"), "")
+        for counter, spec in _mapping(entry.get("counters") or {}, "").items():
+            found.append((set_name, counter, quantity_value(_mapping(spec, "").get("value"), "")))
+    return tuple(found)
+
+
+def _sections(
+    raw: Mapping[str, Any], driver: str, interner: _Interner
+) -> tuple[tuple[_Section | None, _Section | None], dict[str, Any] | None]:
+    """Interned attributes and capacity, and what is not in the ordinary form, as given."""
+    odd: dict[str, Any] = {}
+    sections: list[_Section | None] = []
+    for section_name in ("attributes", "capacity"):
+        value = raw.get(section_name)
+        if value is None:
+            sections.append(None)
+        elif type(value) is dict and not value:
+            sections.append(None)  # an empty map reads as an absent one everywhere
+        elif (
+            type(value) is dict
+            and (section := interner.section(value, driver, section_name == "capacity")) is not None
+        ):
+            sections.append(section)
+        else:
+            sections.append(None)
+            odd[section_name] = value
+    multi = raw.get("allowMultipleAllocations")
+    if multi is not None and type(multi) is not bool:
+        odd["allowMultipleAllocations"] = multi
+    return (sections[0], sections[1]), odd or None
+
+
+def _slice_header(raw: Mapping[str, Any], interner: _Interner) -> _SliceHeader:
     meta = _mapping(raw.get("metadata"), "ResourceSlice.metadata")
     name = _string(meta.get("name"), "ResourceSlice.metadata.name")
     where = f"ResourceSlice {name}"
@@ -479,9 +580,10 @@ def _slice_header(raw: Mapping[str, Any]) -> _SliceHeader:
     selector = spec.get("nodeSelector")
     version = meta.get("resourceVersion")
     token = f"{meta.get('uid', name)}@{version}" if isinstance(version, str) and version else None
+    driver = _string(spec.get("driver"), f"{where}: spec.driver")
     return _SliceHeader(
         name=name,
-        driver=_string(spec.get("driver"), f"{where}: spec.driver"),
+        driver=driver,
         pool=_string(pool.get("name"), f"{where}: spec.pool.name"),
         generation=_int(pool.get("generation"), f"{where}: spec.pool.generation", 0),
         slice_count=_int(
@@ -491,7 +593,10 @@ def _slice_header(raw: Mapping[str, Any]) -> _SliceHeader:
         all_nodes=bool(spec.get("allNodes")),
         node_selector=_mapping(selector, f"{where}: spec.nodeSelector") if selector else None,
         per_device=bool(spec.get("perDeviceNodeSelection")),
-        devices=[_mapping(d, f"{where}: spec.devices[{i}]") for i, d in enumerate(devices)],
+        devices=[
+            _read_device(_mapping(d, f"{where}: spec.devices[{i}]"), driver, interner)
+            for i, d in enumerate(devices)
+        ],
         shared_counters=[
             _mapping(c, f"{where}: spec.sharedCounters[{i}]") for i, c in enumerate(counters)
         ],
@@ -499,13 +604,12 @@ def _slice_header(raw: Mapping[str, Any]) -> _SliceHeader:
     )
 
 
-def _build_pools(headers: Sequence[_SliceHeader]) -> list[Pool]:
+def _build_pools(headers: Sequence[_SliceHeader], interner: _Interner) -> list[Pool]:
     by_pool: dict[tuple[str, str], list[_SliceHeader]] = {}
     for header in headers:
         by_pool.setdefault((header.driver, header.pool), []).append(header)
     pools: list[Pool] = []
     next_id = 0
-    interner = _Interner()
     for (driver, pool_name), members in sorted(by_pool.items()):
         generation = max(h.generation for h in members)
         current = sorted((h for h in members if h.generation == generation), key=lambda h: h.name)
@@ -520,8 +624,11 @@ def _build_pools(headers: Sequence[_SliceHeader]) -> list[Pool]:
         _add_counters(pool, current)
         seen: set[str] = set()
         for header in current:
-            for index, raw in enumerate(header.devices):
-                device = _device(pool, header, index, raw, next_id, interner)
+            for index, read in enumerate(header.devices):
+                if read.raw is not None:
+                    device = _device(pool, header, index, read.raw, next_id, interner)
+                else:
+                    device = _device_from(pool, header, read, next_id, interner)
                 next_id += 1
                 if device.name in seen and pool.invalid is None:
                     pool.invalid = (
@@ -566,6 +673,7 @@ class _Interner:
         )
         self.layouts: dict[tuple[str, tuple[str, ...]], _Layout] = {}
         self.capacities: dict[tuple[str, str], _Section] = {}
+        self.counters_read: dict[str, tuple[tuple[str, str, Number], ...]] = {}
         self.pool_layouts: dict[int, int] = {}
         self.counter_layouts: dict[tuple[tuple[str, str], ...], int] = {}
         self.consumes: dict[tuple[int, str], tuple[tuple[tuple[int, Number], ...], str | None]] = {}
@@ -667,26 +775,7 @@ def _device(
         selector = raw.get("nodeSelector") or None
     else:
         node_name, all_nodes, selector = header.node_name, header.all_nodes, header.node_selector
-    odd: dict[str, Any] = {}
-    sections: list[_Section | None] = []
-    for section_name in ("attributes", "capacity"):
-        value = raw.get(section_name)
-        if value is None:
-            sections.append(None)
-        elif type(value) is dict and not value:
-            sections.append(None)  # an empty map reads as an absent one everywhere
-        elif (
-            type(value) is dict
-            and (section := interner.section(value, header.driver, section_name == "capacity"))
-            is not None
-        ):
-            sections.append(section)
-        else:
-            sections.append(None)
-            odd[section_name] = value
-    multi = raw.get("allowMultipleAllocations")
-    if multi is not None and type(multi) is not bool:
-        odd["allowMultipleAllocations"] = multi
+    sections, odd = _sections(raw, header.driver, interner)
     return Device(
         id=device_id,
         name=name,
@@ -696,7 +785,7 @@ def _device(
         _token=header.cache_token,
         _attrs=sections[0],
         _caps=sections[1],
-        _odd=odd or None,
+        _odd=odd,
         consumes=consumes,
         taints=taints,
         allow_multiple=bool(raw.get("allowMultipleAllocations")),
@@ -704,6 +793,56 @@ def _device(
         all_nodes=all_nodes,
         node_selector=selector if isinstance(selector, Mapping) else None,
         has_binding_conditions=bool(raw.get("bindingConditions")),
+    )
+
+
+def _device_from(
+    pool: Pool, header: _SliceHeader, read: _Read, device_id: int, interner: _Interner
+) -> Device:
+    """A device from its compact record (nothing left in it can be malformed)."""
+    consumes: tuple[tuple[int, Number], ...] = ()
+    if read.consumes is not None:
+        text, counters = read.consumes
+        layout = interner.counter_layout(pool)
+        found = interner.consumes.get((layout, text))
+        if found is None:
+            resolved: list[tuple[int, Number]] = []
+            missing: str | None = None
+            for set_name, counter, amount in counters:
+                position = pool.counter_index.get((set_name, counter))
+                if position is None:
+                    if missing is None:
+                        missing = f"{set_name}/{counter}"
+                    continue
+                resolved.append((position, amount))
+            found = interner.consumes[(layout, text)] = (tuple(resolved), missing)
+        consumes, missing = found
+        if missing is not None and pool.invalid is None:
+            pool.invalid = (
+                f"pool {pool.label} is invalid: device {read.name} consumes counter "
+                f"{missing}, which the pool does not define"
+            )
+    if header.per_device:
+        node_name, all_nodes, selector = read.node_name, read.all_nodes, read.node_selector
+    else:
+        node_name, all_nodes, selector = header.node_name, header.all_nodes, header.node_selector
+    return Device(
+        id=device_id,
+        name=read.name,
+        driver=header.driver,
+        pool_index=pool.index,
+        slice_name=header.name,
+        _token=header.cache_token,
+        _attrs=read.sections[0],
+        _caps=read.sections[1],
+        _odd=read.odd,
+        consumes=consumes,
+        taints=read.taints,
+        allow_multiple=read.allow_multiple,
+        node_name=node_name if isinstance(node_name, str) else None,
+        all_nodes=all_nodes,
+        node_selector=selector if isinstance(selector, Mapping) else None,
+        has_binding_conditions=read.has_binding_conditions,
     )
 
 

@@ -8,6 +8,7 @@ MIG placement, time-slice shares and a fractional share, tied together by shared
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -26,12 +27,15 @@ def node_name(index: int) -> str:
 
 
 def cluster_slices(nodes: int, gpus_per_node: int = 8) -> list[dict[str, Any]]:
-    slices: list[dict[str, Any]] = []
+    return list(iter_cluster_slices(nodes, gpus_per_node))
+
+
+def iter_cluster_slices(nodes: int, gpus_per_node: int = 8) -> Iterator[dict[str, Any]]:
+    """The same slices, node by node, for a consumer that need not hold them all at once."""
     settings = SliceSettings()
     for index in range(nodes):
         backend = FakeBackend.from_spec(f"{PRODUCT}:{gpus_per_node}", node_name(index))
-        slices.extend(build_resource_slices(backend.inventory(), settings))
-    return slices
+        yield from build_resource_slices(backend.inventory(), settings)
 
 
 def _class(kind: str) -> dict[str, Any]:
