@@ -88,8 +88,43 @@ def _check_dns_subdomain(text: str, what: str, limit: int) -> None:
         )
 
 
+_CONVERTED_KEPT: Final = 65_536
+_converted: dict[tuple[str, str, str], object] = {}
+"""(kind, name, repr of the JSON value) → converted value. A cluster publishes a few hundred
+distinct attribute and capacity values over 100,000 devices; quantities and versions are
+parsed once rather than once per device. Only successful conversions are kept (a failure is
+raised again, in its own words, each time); the values are never mutated, so sharing is safe."""
+
+
+def _convert(kind: str, convert: Callable[[str, object], object], name: str, raw: object) -> object:
+    key = (kind, name, repr(raw))
+    found = _converted.get(key)
+    if found is None:
+        found = convert(name, raw)
+        if len(_converted) >= _CONVERTED_KEPT:
+            _converted.clear()
+        _converted[key] = found
+    return found
+
+
+_split_seen: dict[tuple[str, str, str], tuple[str, str]] = {}
+
+
 def _split_name(name: object, driver: str, kind: str) -> tuple[str, str]:
     """Domain and id of a qualified name; a bare id belongs to the driver's domain."""
+    if isinstance(name, str):
+        found = _split_seen.get((name, driver, kind))
+        if found is not None:
+            return found
+        found = _split_checked(name, driver, kind)
+        if len(_split_seen) >= _CONVERTED_KEPT:
+            _split_seen.clear()
+        _split_seen[(name, driver, kind)] = found
+        return found
+    return _split_checked(name, driver, kind)
+
+
+def _split_checked(name: object, driver: str, kind: str) -> tuple[str, str]:
     if not isinstance(name, str):
         raise ValueError(f"{kind} name {name!r} must be a string")
     domain, slash, identifier = name.rpartition("/")
@@ -177,7 +212,7 @@ def _group(
                 f"{kind} {name!r} repeats {domain}/{identifier}, which is already set "
                 f"(a name without a domain belongs to the driver's domain {driver!r})"
             )
-        values[identifier] = convert(name, raw)
+        values[identifier] = _convert(kind, convert, name, raw)
     return grouped, len(entries)
 
 
