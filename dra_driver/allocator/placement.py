@@ -239,6 +239,11 @@ class Placer:
         self.nodes = list(nodes) if nodes is not None else snapshot.node_names()
         self.explain_failures = explain_failures
         self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._cursor: dict[str, tuple[Usage, int, int, int]] = {}
+        """First-fit over the placer's own nodes: signature → (usage, changes epoch, changes
+        seen, n) where the first n nodes were all known not to fit. Nodes that changed since
+        lower n; the scan then starts at n instead of walking hundreds of full nodes."""
+        self._position = {name: i for i, name in enumerate(self.nodes)}
         self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
         self._fits = {}
         """Scored mode: (signature, node) → the solution found at that node's usage version.
@@ -282,7 +287,14 @@ class Placer:
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
             )
         comparison = Comparison(order)
-        for node in order:
+        start = 0
+        cursor = self.mode is AllocationMode.FIRST_FIT and candidates is self.nodes
+        if cursor:
+            start = self._known_unfit(signature)
+            comparison.looked_at = start
+        reached = len(order)
+        for index in range(start, len(order)):
+            node = order[index]
             comparison.looked_at += 1
             version = self.usage.node_version(node)
             if self._unfit.get((signature, node)) == version:
@@ -294,12 +306,39 @@ class Placer:
                 continue
             if self.mode is AllocationMode.FIRST_FIT:
                 comparison.fitting.append(Compared(result, ()))
+                reached = index
                 break
             key = (result.node not in prefer, *self._node_key(result))
             comparison.fitting.append(Compared(result, key))
             if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
+        if cursor:
+            usage = self.usage
+            self._cursor[signature] = (
+                usage,
+                usage.changes_epoch,
+                len(usage.changes),
+                reached,
+            )
         return comparison
+
+    def _known_unfit(self, signature: str) -> int:
+        """How many of the first nodes are still known not to fit `signature` (see `_cursor`):
+        those that did not change since the last scan, up to the first that did."""
+        found = self._cursor.get(signature)
+        usage = self.usage
+        if found is None:
+            return 0
+        owner, epoch, seen, known = found
+        if owner is not usage or epoch != usage.changes_epoch or seen > len(usage.changes):
+            return 0
+        position = self._position
+        for name in usage.changes[seen:]:
+            index = position.get(name)
+            if index is None:  # "*", or a node the placer does not know: start over
+                return 0
+            known = min(known, index)
+        return known
 
     def _search(
         self, plans: Sequence[ClaimPlan], signature: str, node: str, version: tuple[int, int]

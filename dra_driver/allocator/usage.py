@@ -29,6 +29,11 @@ class Usage:
         self.node_versions: defaultdict[str, int] = defaultdict(int)
         """Bumped whenever usage on a node changes, so cached "does not fit" answers expire."""
         self.unknown: int = 0
+        self.changes: list[str] = []
+        """The names whose version was bumped, in order ("*" for devices of no single node), so
+        a placer can tell which nodes changed since it last looked. Cleared when long, which
+        `changes_epoch` records."""
+        self.changes_epoch = 0
 
     @classmethod
     def from_claims(cls, snapshot: ClusterSnapshot, claims: Iterable[Mapping[str, Any]]) -> Usage:
@@ -112,20 +117,24 @@ class Usage:
             self.over_committed.discard(pool.index)
 
     def _touch(self, snapshot: ClusterSnapshot, device: Device) -> None:
-        if device.node_name is not None:
-            self.node_versions[device.node_name] += 1
-        else:
-            self.node_versions["*"] += 1
+        self._bump(device.node_name if device.node_name is not None else "*")
         if device.consumes:
             # Counters belong to the pool: when its devices span nodes, taking one changes what
             # fits on the others too, and answers cached for them must expire.
             nodes = snapshot.pool_nodes(device.pool_index)
             if nodes is None:
-                self.node_versions["*"] += 1
+                self._bump("*")
             elif len(nodes) > 1:
                 for name in nodes:
                     if name != device.node_name:
-                        self.node_versions[name] += 1
+                        self._bump(name)
+
+    def _bump(self, name: str) -> None:
+        self.node_versions[name] += 1
+        if len(self.changes) >= 4096:
+            self.changes.clear()
+            self.changes_epoch += 1
+        self.changes.append(name)
 
     def conflict(self, snapshot: ClusterSnapshot, allocation: Mapping[str, Any]) -> str | None:
         """Why `allocation` cannot be added to what is taken now, or None when it can.
