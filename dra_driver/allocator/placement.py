@@ -8,6 +8,7 @@ at which usage version, so a full node is skipped in O(1) until something on it 
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -244,6 +245,9 @@ class Placer:
         seen, n) where the first n nodes were all known not to fit. Nodes that changed since
         lower n; the scan then starts at n instead of walking hundreds of full nodes."""
         self._position = {name: i for i, name in enumerate(self.nodes)}
+        self._ranked: list[tuple[int, str]] | None = None
+        """Scored mode: the placer's nodes as (-load, name), kept sorted as loads change, so
+        ranking them for a pod is a copy rather than a sort."""
         self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
         self._fits = {}
         """Scored mode: (signature, node) → the solution found at that node's usage version.
@@ -282,6 +286,8 @@ class Placer:
         signature = "|".join(p.signature for p in plans)
         if self.mode is AllocationMode.FIRST_FIT:
             order = list(candidates)
+        elif not prefer and candidates is self.nodes and len(self._position) == len(self.nodes):
+            order = [name for _, name in self._ranking()]
         else:
             order = sorted(
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
@@ -368,13 +374,29 @@ class Placer:
         load = self.node_load.get(result.node, 0)
         return (score.preference, score.topology, score.loss, -load, result.node)
 
+    def _ranking(self) -> list[tuple[int, str]]:
+        if self._ranked is None:
+            self._ranked = sorted((-self.node_load.get(n, 0), n) for n in self.nodes)
+        return self._ranked
+
+    def _load_changed(self, node: str, before: int) -> None:
+        ranked = self._ranked
+        if ranked is None or node not in self._position:
+            return
+        del ranked[bisect.bisect_left(ranked, (-before, node))]
+        bisect.insort(ranked, (-self.node_load[node], node))
+
     def record(self, allocation: Mapping[str, Any], node: str) -> None:
         self.usage.record(self.snapshot, allocation)
-        self.node_load[node] = self.node_load.get(node, 0) + _result_count(allocation)
+        before = self.node_load.get(node, 0)
+        self.node_load[node] = before + _result_count(allocation)
+        self._load_changed(node, before)
 
     def release(self, allocation: Mapping[str, Any], node: str) -> None:
         self.usage.release(self.snapshot, allocation)
-        self.node_load[node] = self.node_load.get(node, 0) - _result_count(allocation)
+        before = self.node_load.get(node, 0)
+        self.node_load[node] = before - _result_count(allocation)
+        self._load_changed(node, before)
 
     def _reason(self, plans: Sequence[ClaimPlan], nodes: Sequence[str]) -> str:
         if not nodes:

@@ -118,6 +118,10 @@ class FragmentationModel:
         # candidates asks for the same GPU's room dozens of times between two picks.
         self._rooms: dict[tuple[int, int], tuple[float, ...]] = {}
         self._rooms_at: tuple[int, int] = (0, -1)
+        self._free: dict[tuple[int, int], tuple[float, ...]] = {}
+        """Room per neighbourhood under `usage` alone (`_free_of`), which a search never
+        changes."""
+        self._free_of: Usage | None = None
 
     def _weight(self, device: Device) -> float:
         totals = self.snapshot.pools[device.pool_index].counter_totals
@@ -204,17 +208,28 @@ class FragmentationModel:
         if at != self._rooms_at:
             self._rooms.clear()
             self._rooms_at = at
+            if state.usage is not self._free_of:
+                self._free.clear()
+                self._free_of = state.usage
         # The counters tuple lives as long as the snapshot's neighbourhoods: its id is stable.
         room_key = (pool, id(hood.counters))
         room = self._rooms.get(room_key)
         if room is None:
-            totals = self.snapshot.pools[pool].counter_totals
-            used = state.usage.counters.get(pool)
             delta = state.counter_delta
-            room = tuple(
-                float(totals[c] - (used[c] if used is not None else 0) - delta.get((pool, c), 0))
-                for c in hood.counters
-            )
+            if not delta:
+                # Room left by `usage` alone: the same for every state of this search.
+                room = self._free.get(room_key)
+            if room is None:
+                totals = self.snapshot.pools[pool].counter_totals
+                used = state.usage.counters.get(pool)
+                room = tuple(
+                    float(
+                        totals[c] - (used[c] if used is not None else 0) - delta.get((pool, c), 0)
+                    )
+                    for c in hood.counters
+                )
+                if not delta:
+                    self._free[room_key] = room
             self._rooms[room_key] = room
         key = (hood.shape, room)
         found = self._losses.get(key)

@@ -196,6 +196,13 @@ class SearchState:
             return False
         used = self.usage.counters.get(pool)
         delta = self.counter_delta
+        if not delta:  # nothing picked yet draws on counters: the common first pick
+            if used is None:
+                return all(amount <= totals[counter] for counter, amount in device.consumes)
+            for counter, amount in device.consumes:
+                if used[counter] + amount > totals[counter]:
+                    return False
+            return True
         for counter, amount in device.consumes:
             taken = (used[counter] if used is not None else 0) + delta.get((pool, counter), 0)
             if taken + amount > totals[counter]:
