@@ -1,0 +1,109 @@
+"""The caches that make the allocator fast at cluster scale change no answer.
+
+First fit's cursor over full nodes, scored mode's reuse of a node's solution, the ranking kept
+by load, and the snapshot's compact devices are each compared with the plain computation.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage
+from dra_driver.allocator.errors import InputError
+from dra_driver.allocator.placement import warm_class_verdicts
+from dra_driver.allocator.projection import device_entries
+from tests.bench.cluster import EXTENDED_MIX, claim_mix, cluster_slices, device_classes
+from tests.unit.allocator.objects import DRV, GPU_CLASS, dev, slice_
+
+
+def _snapshot(nodes: int = 4) -> ClusterSnapshot:
+    snapshot = ClusterSnapshot.build(cluster_slices(nodes), device_classes())
+    warm_class_verdicts(snapshot)
+    return snapshot
+
+
+def _run(placer: Placer, seed: int, count: int, plain: bool) -> list[Any]:
+    """Place and release claims at random; with `plain`, on a copy of the node list each time
+    and with the placer's solution cache emptied, so no cache is used."""
+    rng = random.Random(seed)
+    live: list[tuple[dict[str, Any], str]] = []
+    out: list[Any] = []
+    for claim in claim_mix(count, seed=seed, mix=EXTENDED_MIX):
+        if plain:
+            placer._fits.clear()
+            placement = placer.place([claim], nodes=list(placer.nodes))
+        else:
+            placement = placer.place([claim])
+        out.append((placement.node, placement.allocations))
+        if placement.allocations is not None and placement.node is not None:
+            live.append((placement.allocations[0], placement.node))
+        if live and rng.random() < 0.4:
+            allocation, node = live.pop(rng.randrange(len(live)))
+            placer.release(allocation, node)
+    return out
+
+
+@pytest.mark.parametrize("mode", list(AllocationMode))
+def test_cached_placements_equal_the_plain_ones(mode: AllocationMode) -> None:
+    snapshot = _snapshot()
+    cached = _run(Placer(snapshot, Usage(), mode, explain_failures=False), 5, 300, plain=False)
+    plain = _run(Placer(snapshot, Usage(), mode, explain_failures=False), 5, 300, plain=True)
+    assert cached == plain
+
+
+def test_taking_a_device_of_a_pool_across_nodes_expires_every_node_of_the_pool() -> None:
+    counters = [{"name": "set", "counters": {"c": {"value": "1"}}}]
+    consumes = [{"counterSet": "set", "counters": {"c": {"value": "1"}}}]
+    devices = [
+        {**dev("a"), "nodeName": "node-a", "consumesCounters": consumes},
+        {**dev("b"), "nodeName": "node-b", "consumesCounters": consumes},
+    ]
+    shared = slice_("s", devices, node=None, pool="p", perDeviceNodeSelection=True)
+    shared["spec"]["sharedCounters"] = counters
+    snapshot = ClusterSnapshot.build([shared], [GPU_CLASS])
+    usage = Usage()
+    before = usage.node_version("node-b")
+    allocation = {"devices": {"results": [{"driver": DRV, "pool": "p", "device": "a"}]}}
+    usage.record(snapshot, allocation)
+    assert usage.node_version("node-b") != before
+
+
+def _device(raw: dict[str, Any]) -> Any:
+    snapshot = ClusterSnapshot.build([slice_("s", [raw])], [GPU_CLASS])
+    return snapshot.devices[0]
+
+
+def test_a_malformed_attribute_fails_as_it_did_from_the_json() -> None:
+    device = _device(dev("g", attributes={"bad": {"colour": "red"}}))
+    with pytest.raises(InputError, match=r"ResourceSlice s: device g\.attributes\[bad\]"):
+        _ = device.attributes
+    with pytest.raises(InputError, match=r"attributes\[bad\]"):
+        device.attribute(f"{DRV}/type")
+
+
+def test_sections_that_are_not_maps_are_kept_as_given() -> None:
+    device = _device({"name": "g", "attributes": ["not", "a", "map"]})
+    assert device.projection_key(frozenset({"type"})) is None
+    with pytest.raises(InputError, match="expected an object"):
+        _ = device.attributes
+    with pytest.raises(ValueError, match="must be an object keyed by name"):
+        device.variable()
+
+
+def test_a_non_boolean_allow_multiple_reaches_the_cel_value() -> None:
+    device = _device({**dev("g"), "allowMultipleAllocations": "yes"})
+    with pytest.raises(ValueError, match="allowMultipleAllocations"):
+        device.variable()
+
+
+def test_compact_devices_read_like_their_json() -> None:
+    raw = dev("g", attributes={"model": {"string": "x"}, f"{DRV}/numa": {"int": 3}})
+    raw["capacity"] = {"memory": {"value": "8Gi"}}
+    device = _device(raw)
+    assert device.entries == device_entries(raw)
+    assert device.attribute(f"{DRV}/numa") == ("int", 3)  # the later, qualified entry wins
+    assert device.capacity[f"{DRV}/memory"].value == 8 * 2**30
+    assert _device({"name": "e", "attributes": {}}).attributes == {}
