@@ -246,6 +246,7 @@ class Placer:
         lower n; the scan then starts at n instead of walking hundreds of full nodes."""
         self._position = {name: i for i, name in enumerate(self.nodes)}
         self._ranked: list[tuple[int, str]] | None = None
+        self._ranked_names: list[str] = []
         """Scored mode: the placer's nodes as (-load, name), kept sorted as loads change, so
         ranking them for a pod is a copy rather than a sort."""
         self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
@@ -287,7 +288,8 @@ class Placer:
         if self.mode is AllocationMode.FIRST_FIT:
             order = list(candidates)
         elif not prefer and candidates is self.nodes and len(self._position) == len(self.nodes):
-            order = [name for _, name in self._ranking()]
+            self._ranking()
+            order = list(self._ranked_names)
         else:
             order = sorted(
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
@@ -299,11 +301,15 @@ class Placer:
             start = self._known_unfit(signature)
             comparison.looked_at = start
         reached = len(order)
+        # Usage does not change while nodes are compared: read the versions directly.
+        versions = self.usage.node_versions
+        everywhere = versions["*"]
+        unfit = self._unfit
         for index in range(start, len(order)):
             node = order[index]
             comparison.looked_at += 1
-            version = self.usage.node_version(node)
-            if self._unfit.get((signature, node)) == version:
+            version = (versions[node], everywhere)
+            if unfit.get((signature, node)) == version:
                 continue
             comparison.searched += 1
             result = self._search(plans, signature, node, version)
@@ -377,14 +383,20 @@ class Placer:
     def _ranking(self) -> list[tuple[int, str]]:
         if self._ranked is None:
             self._ranked = sorted((-self.node_load.get(n, 0), n) for n in self.nodes)
+            self._ranked_names = [name for _, name in self._ranked]
         return self._ranked
 
     def _load_changed(self, node: str, before: int) -> None:
         ranked = self._ranked
         if ranked is None or node not in self._position:
             return
-        del ranked[bisect.bisect_left(ranked, (-before, node))]
-        bisect.insort(ranked, (-self.node_load[node], node))
+        old = bisect.bisect_left(ranked, (-before, node))
+        del ranked[old]
+        del self._ranked_names[old]
+        entry = (-self.node_load[node], node)
+        new = bisect.bisect_left(ranked, entry)
+        ranked.insert(new, entry)
+        self._ranked_names.insert(new, node)
 
     def record(self, allocation: Mapping[str, Any], node: str) -> None:
         self.usage.record(self.snapshot, allocation)

@@ -300,6 +300,12 @@ class ScoredSearch:
         state = self.state
         ranked: list[tuple[tuple[int, ...], int, float, float, int, Device]] = []
         candidates = state.index.candidates(state.view, alt)
+        topology = self.policy.topology_attributes
+        # With nothing picked yet, no candidate mismatches anything: skip the look-ups.
+        alone = (0,) * len(topology)
+        prefer = self.prefer
+        loss_of = self.model.loss
+        limit = self.policy.max_candidates_per_slot
         for position, (device, verdict) in enumerate(candidates):
             if verdict is not True or state.skipped_before_selectors(
                 claim, alt, device, slot_picks
@@ -308,20 +314,21 @@ class ScoredSearch:
             pick = state.check_pick(claim, alt, device)
             if pick is None:
                 continue
-            left = _share_left(state.usage, device, pick.share)
-            mismatch = tuple(
-                sum(
-                    1
-                    for p in state.picks
-                    if (v := _topology_value(p.device, name)) is None
-                    or v != _topology_value(device, name)
+            left = 1.0 if pick.share is None else _share_left(state.usage, device, pick.share)
+            mismatch = alone
+            if state.picks:
+                mismatch = tuple(
+                    sum(
+                        1
+                        for p in state.picks
+                        if (v := _topology_value(p.device, name)) is None
+                        or v != _topology_value(device, name)
+                    )
+                    for name in topology
                 )
-                for name in self.policy.topology_attributes
-            )
-            steer = int(bool(self.prefer) and device.id not in self.prefer)
-            loss = self.model.loss(state, device)
-            ranked.append((mismatch, steer, loss, left, position, device))
-            if len(ranked) >= self.policy.max_candidates_per_slot:
+            steer = int(bool(prefer) and device.id not in prefer)
+            ranked.append((mismatch, steer, loss_of(state, device), left, position, device))
+            if len(ranked) >= limit:
                 break
         ranked.sort(key=lambda r: r[:5])
         return [r[5] for r in ranked[: self.policy.branching]]

@@ -205,14 +205,17 @@ class Device:
             self._odd is not None and ("attributes" in self._odd or "capacity" in self._odd)
         ):
             return None
-        seen: list[tuple[str, tuple[Any, ...]]] = []
-        for section, kind in ((self._attrs, "a"), (self._caps, "c")):
-            if section is None:
-                continue
-            items = section.items
-            for position in section.layout.positions(names, items):
-                seen.append((kind, items[position].full))
-        return (self.driver, self.allow_multiple, tuple(seen))
+        attrs = self._attrs
+        caps = self._caps
+        seen_attrs: tuple[tuple[Any, ...], ...] = ()
+        seen_caps: tuple[tuple[Any, ...], ...] = ()
+        if attrs is not None:
+            items = attrs.items
+            seen_attrs = tuple([items[p].full for p in attrs.layout.positions(names, items)])
+        if caps is not None:
+            items = caps.items
+            seen_caps = tuple([items[p].full for p in caps.layout.positions(names, items)])
+        return (self.driver, self.allow_multiple, seen_attrs, seen_caps)
 
     def variable(self) -> DeviceVariable:
         """A fresh CEL `device` value; callers keep it only as long as they need it (memory)."""

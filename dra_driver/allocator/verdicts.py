@@ -72,12 +72,16 @@ class VerdictCache:
         return len(self._entries)
 
 
+_OPAQUE: frozenset[str] = frozenset({"\0not looked up"})
+
+
 class SelectorEvaluator:
     """Evaluates compiled selectors on devices, through the caches."""
 
     def __init__(self, shared: VerdictCache, variables_kept: int = 512) -> None:
         self._shared = shared
         self._local: dict[tuple[str, int], Verdict] = {}
+        self._names: dict[str, frozenset[str] | None] = {}
         self.evaluations = 0
         # CEL device values are large; verdicts are what must last, so only recent values stay.
         self._variables: OrderedDict[int, DeviceVariable] = OrderedDict()
@@ -94,7 +98,10 @@ class SelectorEvaluator:
 
     def verdict(self, selector: CompiledSelector, device: Device) -> Verdict:
         expression = selector.expression
-        seen = device.projection_key(projection_of(expression).names)
+        names = self._names.get(expression, _OPAQUE)
+        if names is _OPAQUE:
+            names = self._names[expression] = projection_of(expression).names
+        seen = device.projection_key(names)
         if seen is not None:
             found = self._shared.get(expression, seen)
             if found is None:
