@@ -91,19 +91,9 @@ class CandidateIndex:
             return found
         evaluator = self.snapshot.evaluator
         if request_part:
-            found = []
-            for device, class_verdict in self.for_chain(view, class_part):
-                verdict = class_verdict
-                if verdict is True:
-                    verdict = evaluator.chain(request_part, device)
-                if verdict is not False:
-                    found.append((device, verdict))
+            found = evaluator.filter(request_part, self.for_chain(view, class_part))
         else:
-            found = []
-            for device in view.devices:
-                verdict = evaluator.chain(class_part, device)
-                if verdict is not False:
-                    found.append((device, verdict))
+            found = evaluator.filter(class_part, ((device, True) for device in view.devices))
         self._lists[key] = found
         return found
 

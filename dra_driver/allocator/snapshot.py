@@ -211,10 +211,18 @@ class Device:
         seen_caps: tuple[tuple[Any, ...], ...] = ()
         if attrs is not None:
             items = attrs.items
-            seen_attrs = tuple([items[p].full for p in attrs.layout.positions(names, items)])
+            positions = attrs.layout.relevant.get(names)
+            if positions is None:
+                positions = attrs.layout.positions(names, items)
+            if positions:
+                seen_attrs = tuple([items[p].full for p in positions])
         if caps is not None:
             items = caps.items
-            seen_caps = tuple([items[p].full for p in caps.layout.positions(names, items)])
+            positions = caps.layout.relevant.get(names)
+            if positions is None:
+                positions = caps.layout.positions(names, items)
+            if positions:
+                seen_caps = tuple([items[p].full for p in positions])
         return (self.driver, self.allow_multiple, seen_attrs, seen_caps)
 
     def variable(self) -> DeviceVariable:
