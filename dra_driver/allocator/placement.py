@@ -28,7 +28,7 @@ from dra_driver.allocator.search import (
     SearchBudgetError,
     SearchState,
 )
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device
+from dra_driver.allocator.snapshot import ClusterSnapshot, Device, collector_paused
 from dra_driver.allocator.usage import Usage
 from dra_driver.cel import CelCompileError
 
@@ -56,6 +56,11 @@ def warm_class_verdicts(snapshot: ClusterSnapshot, nodes: Sequence[str] | None =
     look-ups. Class selectors that do not compile are left for the claims that use them to
     report. Runtime errors are stored as verdicts and raised only where the search meets them.
     """
+    with collector_paused():  # lists of candidates only: nothing cyclic to collect meanwhile
+        _warm(snapshot, nodes)
+
+
+def _warm(snapshot: ClusterSnapshot, nodes: Sequence[str] | None) -> None:
     index = CandidateIndex(snapshot)
     chains = []
     for device_class in snapshot.classes.values():
