@@ -113,3 +113,24 @@ def test_claim_from_template_is_named_and_owned_like_the_controller_makes_it() -
     assert meta["annotations"][POD_CLAIM_NAME] == "gpu"
     assert meta["ownerReferences"][0]["name"] == "web"
     assert claim_from_template(pod, "gpu", template)["metadata"]["name"] == meta["name"]
+
+
+@pytest.mark.parametrize("fuller_first", [True, False])
+def test_equal_increases_go_to_the_fuller_node(fuller_first: bool) -> None:
+    """Two equal nodes, the second already holding one GPU: a whole-GPU pod raises neither
+    node's expected fragmentation, so the tie decides — the fuller node, unless ties are broken
+    by node order alone."""
+    rows = [
+        {"sn": name, "cpu_milli": "32000", "memory_mib": "65536", "gpu": "2", "model": "T4"}
+        for name in ("a", "b")
+    ]
+    nodes, slices, classes = cluster(rows)
+    snapshot = ClusterSnapshot.build(slices, classes, nodes)
+    sim = Cluster(snapshot, nodes, PodPolicy.SCORED, fuller_first=fuller_first)
+    held, templates = pod_objects(TracePod("held", 1000, 1024, 1, 1000, ()), 0)
+    claims = pod_claims(held, {}, {key_of(t): t for t in templates})
+    assert sim.placer.place(claims, nodes=["b"]).node == "b"
+    pod, templates = pod_objects(TracePod("p", 1000, 1024, 1, 1000, ()), 1)
+    placement = sim.place_pod(pod, pod_claims(pod, {}, {key_of(t): t for t in templates}))
+    assert placement.choice is not None and placement.choice.value == 0
+    assert placement.node == ("b" if fuller_first else "a")
