@@ -10,7 +10,7 @@ and the unit on it, that increases expected fragmentation least.
 
 Shapes are weighed by their share of the pods, as in the paper; the most common ones that
 together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a node state costs one
-pass per shape kept; on the openb traces 48 shapes make up 81–94 % of the pods). Weighing shapes
+pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). Weighing shapes
 by the device room they ask for instead was measured and rejected: it helps where pods mostly
 share GPUs and costs several points where pods are pinned to models (docs/performance.md).
 
