@@ -138,9 +138,10 @@ def _scored(cluster: Cluster, placement: PodPlacement, plans: Sequence[ClaimPlan
     lines = [
         "  scored choice: each node is ranked by how much the pod increases the expected "
         "fragmentation of the workload seen so far (before -> after; the least increase wins, "
-        "then node order; nodes in equal states share one evaluation, the first in node order "
-        "standing for them); the allocator then takes devices on the best node where the "
-        "claims fit, steered to the devices the ranking picked:"
+        "then the least free device room, then node order; nodes in equal states share one "
+        "evaluation, the first in node order standing for them); the allocator then takes "
+        "devices on the best node where the claims fit, steered to the devices the ranking "
+        "picked:"
     ]
     ranked = placement.candidates
     chosen = next((i for i, c in enumerate(ranked) if c is placement.choice), None)
@@ -165,7 +166,8 @@ def _scored(cluster: Cluster, placement: PodPlacement, plans: Sequence[ClaimPlan
         if i == chosen:
             lines.append(f"    chosen {choice.node}: {terms}; {result}")
         else:
-            lines.append(f"    {choice.node}: {_lost(winner, choice)}; {terms}; {result}")
+            lost = _lost(winner, choice, cluster.fuller_first)
+            lines.append(f"    {choice.node}: {lost}; {terms}; {result}")
     more = len(ranked) - (chosen + 1 + RUNNERS_UP)
     if more > 0:
         lines.append(f"    and {more} more ranked node(s)")
@@ -176,14 +178,19 @@ def _choice_words(choice: Choice, names: Mapping[int, str]) -> str:
     picked = ", ".join(names[d] for d in choice.devices) or "no device"
     return (
         f"fragmentation {choice.before:.4g} -> {choice.after:.4g} (increase "
-        f"{choice.value:+.4g}), the ranking picked {picked}"
+        f"{choice.value:+.4g}), free device room {choice.room:.4g}, the ranking picked {picked}"
     )
 
 
-def _lost(winner: Choice, other: Choice) -> str:
+def _lost(winner: Choice, other: Choice, fuller_first: bool) -> str:
     if round(other.value, 9) > round(winner.value, 9):
         return f"loses on fragmentation increase ({other.value:+.4g} against {winner.value:+.4g})"
-    return "ties on fragmentation increase, and the chosen node comes first in node order"
+    if fuller_first and other.room > winner.room:
+        return (
+            "ties on fragmentation increase, loses on free device room "
+            f"({other.room:.4g} against {winner.room:.4g}: the fuller node wins)"
+        )
+    return "ties on fragmentation increase and free device room; the chosen node comes first"
 
 
 def _allocator(cluster: Cluster, plans: Sequence[ClaimPlan], choice: Choice) -> str:

@@ -9,10 +9,10 @@ fragmentation weighs the shapes by the learned workload (workload.py). A pod goe
 and the unit on it, that increases expected fragmentation least.
 
 Shapes are weighed by their share of the pods, as in the paper; the most common ones that
-together make up `COVERAGE` of the pods are kept (at most `MAX_SHAPES`), so a rare shape that
-asks for a whole node of devices is still seen in a varied workload. Weighing shapes by the device
-room they ask for instead was measured and rejected: it helps where pods mostly share GPUs and
-costs several points where pods are pinned to models or ask for many GPUs (docs/performance.md).
+together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a node state costs one
+pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). Weighing shapes
+by the device room they ask for instead was measured and rejected: it helps where pods mostly
+share GPUs and costs several points where pods are pinned to models (docs/performance.md).
 
 Among nodes whose increase is equal, the node with the least free device room wins, then node
 order. Equal increases mostly mean "no common shape is hurt here"; the kube-scheduler breaks such

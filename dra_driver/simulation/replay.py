@@ -58,7 +58,10 @@ class Cluster:
         usage: Usage | None = None,
         scoring: ScoringPolicy | None = None,
         keep_candidates: bool = False,
+        fuller_first: bool = True,
     ) -> None:
+        """`fuller_first=False` breaks ties between equal fragmentation increases by node order
+        alone, as the paper's method does (kept to measure what the fuller-node rule adds)."""
         self.snapshot = snapshot
         self.usage = usage or Usage()
         self.policy = policy
@@ -71,6 +74,7 @@ class Cluster:
         self.workload = Workload()
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
+        self.fuller_first = fuller_first
         self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
         self._order = {n: i for i, n in enumerate(self.nodes)}
         self._groups: dict[object, list[int]] = {}
@@ -172,7 +176,7 @@ class Cluster:
             choice = self.index.choose(node, free, placement.shape, objective)
             if choice is None:
                 continue
-            tie = choice.room
+            tie = choice.room if self.fuller_first else 0.0
             if objective is Objective.BEST_FIT:
                 allocatable = self.ledger.allocatable.get(node)
                 total = allocatable.amount(CPU) if allocatable is not None else 0

@@ -5,9 +5,9 @@ dominant device demand (how many devices, of which class and selectors, how larg
 each). Shapes are counted as pods arrive; the distribution holds every shape seen, by its share
 of the pods (the fragmentation index weighs and trims it). Until a pod has been seen, the prior
 is "future pods look like this one" (the distribution holds the arriving pod alone), so the first
-placements degrade to best fit. The
-distribution is refreshed when the count of pods seen doubles (and every `refresh` pods later), so
-cached scores stay valid between refreshes; it never comes from a file, only from what arrived.
+placements degrade to best fit. The distribution is refreshed when the count of pods seen doubles
+(and every `refresh` pods later), so cached scores stay valid between refreshes; it never comes
+from a file, only from what arrived.
 """
 
 from __future__ import annotations

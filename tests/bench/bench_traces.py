@@ -35,11 +35,13 @@ PUBLISHED = {
 }
 
 
-def run(directory: Path, trace: str, policy: PodPolicy, seed: int) -> list[tuple[float, float]]:
+def run(
+    directory: Path, trace: str, policy: PodPolicy, seed: int, fuller_first: bool = True
+) -> list[tuple[float, float]]:
     """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them."""
     nodes, slices, classes = cluster(read_nodes(directory))
     snapshot = ClusterSnapshot.build(slices, classes, nodes)
-    sim = Cluster(snapshot, nodes, policy)
+    sim = Cluster(snapshot, nodes, policy, fuller_first=fuller_first)
     report = AllocationReport(snapshot, sim.usage, parse_points(",".join(POINTS)))
     pods = inflate(read_pods(directory, trace), report.capacity, 1.3, seed)
     verbose = sys.stderr.isatty()
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--traces", default=",".join(PUBLISHED))
     parser.add_argument("--modes", default=",".join(p.value for p in PodPolicy))
+    parser.add_argument(
+        "--node-order-ties",
+        action="store_true",
+        help="scored: break ties by node order alone, as the paper does (not the fuller node)",
+    )
     args = parser.parse_args(argv)
     print(
         "| trace | mode | seeds | ratio 100 % | ratio 120 % | idle GPUs 100 % | idle 120 % "
@@ -71,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.traces.split(","):
         for mode in args.modes.split(","):
             start = time.perf_counter()
-            results = [run(args.directory, trace, PodPolicy(mode), s) for s in range(args.seeds)]
+            results = [
+                run(args.directory, trace, PodPolicy(mode), s, not args.node_order_ties)
+                for s in range(args.seeds)
+            ]
             means = [
                 [statistics.mean(r[p][k] for r in results) for k in range(2)]
                 for p in range(len(POINTS))

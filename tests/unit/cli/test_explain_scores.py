@@ -191,7 +191,8 @@ def test_first_fit_output_has_no_scored_section(
 
 POD_LINE = re.compile(
     r"^    (?:chosen )?(?P<node>n\d+): (?:(?P<why>[^;]+); )?fragmentation (?P<before>\S+) -> "
-    r"(?P<after>\S+) \(increase (?P<increase>\S+)\), the ranking picked (?P<picked>[^;]+); "
+    r"(?P<after>\S+) \(increase (?P<increase>\S+)\), free device room (?P<room>\S+), "
+    r"the ranking picked (?P<picked>[^;]+); "
     r"the allocator takes (?P<devices>\S+) \(.*steer (?P<steer>\d+), loss (?P<loss>\S+)\)$"
 )
 
@@ -210,6 +211,7 @@ def test_a_pod_shows_the_fragmentation_terms_that_ranked_the_nodes(
         increase = float(row["after"]) - float(row["before"])
         assert float(row["increase"]) == pytest.approx(increase, abs=1e-3)
         assert row["devices"] == row["picked"] and row["steer"] == "0"
+        assert 0 < float(row["room"]) <= 4
     # n0's shared device is half full already: another quarter there leaves the room that
     # is left usable, a fresh shared device on n1 fragments it.
     assert float(chosen["increase"]) < float(other["increase"])

@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 
 from dra_driver.allocator import ClusterSnapshot
+from dra_driver.allocator.claims import plan_claim
 from dra_driver.checker.rules import check_allocations
+from dra_driver.noderesources import pod_requests
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
+from dra_driver.simulation.workload import Shape, shape_of
 from tests.bench.traces import TracePod, cluster, pod_objects
 
 NODES = [
@@ -113,3 +116,46 @@ def test_claim_from_template_is_named_and_owned_like_the_controller_makes_it() -
     assert meta["annotations"][POD_CLAIM_NAME] == "gpu"
     assert meta["ownerReferences"][0]["name"] == "web"
     assert claim_from_template(pod, "gpu", template)["metadata"]["name"] == meta["name"]
+
+
+@pytest.mark.parametrize("fuller_first", [True, False])
+def test_equal_increases_go_to_the_fuller_node(fuller_first: bool) -> None:
+    """Two equal nodes, the second already holding one GPU: a whole-GPU pod raises neither
+    node's expected fragmentation, so the tie decides — the fuller node, unless ties are broken
+    by node order alone."""
+    rows = [
+        {"sn": name, "cpu_milli": "32000", "memory_mib": "65536", "gpu": "2", "model": "T4"}
+        for name in ("a", "b")
+    ]
+    nodes, slices, classes = cluster(rows)
+    snapshot = ClusterSnapshot.build(slices, classes, nodes)
+    sim = Cluster(snapshot, nodes, PodPolicy.SCORED, fuller_first=fuller_first)
+    held, templates = pod_objects(TracePod("held", 1000, 1024, 1, 1000, ()), 0)
+    claims = pod_claims(held, {}, {key_of(t): t for t in templates})
+    assert sim.placer.place(claims, nodes=["b"]).node == "b"
+    pod, templates = pod_objects(TracePod("p", 1000, 1024, 1, 1000, ()), 1)
+    placement = sim.place_pod(pod, pod_claims(pod, {}, {key_of(t): t for t in templates}))
+    assert placement.choice is not None and placement.choice.value == 0
+    assert placement.node == ("b" if fuller_first else "a")
+
+
+def _shape(sim: Cluster, trace_pod: TracePod, index: int) -> Shape:
+    pod, templates = pod_objects(trace_pod, index)
+    claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
+    return shape_of(pod_requests(pod), [plan_claim(sim.snapshot, c) for c in claims])
+
+
+@pytest.mark.parametrize(("rare_pods", "kept"), [(8, 11), (4, 10)])
+def test_the_shapes_weighed_are_the_most_common_up_to_95_percent(rare_pods: int, kept: int) -> None:
+    """Ten common shapes of ten pods each and a rarer two-GPU shape: the rare one is weighed
+    only when the common ones make up less than 95 % of the pods without it."""
+    nodes, slices, classes = cluster(NODES)
+    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
+    counts = [(_shape(sim, TracePod(f"c{i}", 100 + i, 1024, 1, 250, ()), i), 10) for i in range(10)]
+    rare = _shape(sim, TracePod("rare", 100, 1024, 2, 1000, ()), 99)
+    counts.append((rare, rare_pods))
+    total = sum(n for _, n in counts)
+    weighed = sim.index.weighted([(shape, n / total) for shape, n in counts])
+    assert len(weighed) == kept
+    assert (rare in [shape for shape, _ in weighed]) == (100 / total < 0.95)
+    assert sum(p for _, p in weighed) == pytest.approx(1.0)
