@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from dra_driver.checker.rules import Violation
+from dra_driver.checker.rules import Violation, check_allocations
 from tests.unit.allocator.test_checker import (
     GPU,
     NIC,
@@ -19,6 +20,8 @@ from tests.unit.allocator.test_checker import (
     check,
     claim,
     cluster,
+    device,
+    devices_slice,
     exactly,
     first_available,
     gpu_config,
@@ -587,3 +590,313 @@ def test_a_selector_error_names_the_expression_and_the_device() -> None:
         f"claim default/one request gpu device {MIG_0}: {expression!r} on device {MIG_0}: "
         f"CEL selector {expression!r} failed: "
     )
+
+
+def rules_of(claims: list[Obj], slices: list[Obj] | None = None) -> list[tuple[str | None, str]]:
+    return [(v.claim, v.rule) for v in check(claims, slices)]
+
+
+def with_results(name: str, requests: list[Obj], results: list[Obj], **extra: Any) -> Obj:
+    return claim(
+        name, requests, results, config=gpu_config(*(r["name"] for r in requests)), **extra
+    )
+
+
+@pytest.mark.parametrize(
+    ("memory", "members"),
+    [("8Gi", ["gpu-1", "shared-0"]), ("10Gi", ["gpu-1", "shared-0"]), ("12Gi", ["gpu-1"])],
+)
+def test_all_devices_are_those_whose_capacity_serves_the_request_after_earlier_claims(
+    memory: str, members: list[str]
+) -> None:
+    # gpu-1 has 40Gi for itself; shared-0 has 16Gi, of which "three" and "four" share 6Gi.
+    earlier = [c for c in valid_claims() if c["metadata"]["name"] != "two"]
+    request = exactly("a", allocationMode="All", capacity={"requests": {"memory": memory}})
+    results = [
+        share("a", name, memory, "id-9") if name == "shared-0" else result("a", name)
+        for name in members
+    ]
+    assert check([*earlier, with_results("all", [request], results)]) == []
+    # A member left out, or a device added that cannot serve the request, is a wrong set.
+    fewer = with_results("all", [request], [result("a", "gpu-1")])
+    assert rules_of([*earlier, fewer]) == ([] if len(members) == 1 else [("default/all", "count")])
+    more = with_results("all", [request], [*results, result("a", "gpu-2")])
+    assert ("default/all", "count") in rules_of([*earlier, more])
+
+
+def test_an_admin_share_counts_against_the_rest_of_its_own_claim() -> None:
+    requests = [exactly("a1", adminAccess=True), exactly("a2", adminAccess=True), exactly("p")]
+    for request in requests:
+        request["exactly"]["capacity"] = {"requests": {"memory": "4Gi"}}
+
+    def taking(plain: str) -> Obj:
+        requests[2]["exactly"]["capacity"] = {"requests": {"memory": plain}}
+        return with_results(
+            "mixed",
+            copy.deepcopy(requests),
+            [
+                share("a1", "shared-0", "4Gi", "s-1", adminAccess=True),
+                share("a2", "shared-0", "4Gi", "s-2", adminAccess=True),
+                share("p", "shared-0", plain, "s-3"),
+            ],
+        )
+
+    # 4Gi + 4Gi taken by the admin shares: 8Gi more fits the 16Gi, 10Gi does not.
+    assert check([taking("8Gi")]) == []
+    assert rules_of([taking("10Gi")]) == [("default/mixed", "capacity-exceeded")]
+
+
+# Of a type known only when it runs: the compiler cannot refuse it, the runtime does.
+NUMA = "device.attributes[device.driver].numa"
+NOT_BOOL = f"CEL selector {NUMA!r} failed: must evaluate to bool, got int"
+
+
+def test_a_selector_that_gives_no_boolean_is_an_error() -> None:
+    claims = copy.deepcopy(valid_claims())
+    claims[0]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": NUMA}}
+    ]
+    assert check(claims) == [
+        Violation(
+            "default/one",
+            "selector-error",
+            f"claim default/one request gpu device {MIG_0}: {NUMA!r} on device {MIG_0}: {NOT_BOOL}",
+        )
+    ]
+
+
+def test_a_selector_error_in_an_all_request_is_reported_for_each_device() -> None:
+    broken = claim(
+        "nics",
+        [exactly("n", "nic", allocationMode="All", selectors=[{"cel": {"expression": NUMA}}])],
+        [result("n", "nic-0", "a-nic", NIC)],
+    )
+    assert [v.message for v in check([broken]) if v.rule == "selector-error"][:2] == [
+        f"claim default/nics request n: {NUMA!r} on device {NIC}/a-nic/{name}: {NOT_BOOL}"
+        for name in ("nic-0", "nic-1")
+    ]
+
+
+def test_an_all_request_of_an_unknown_class_is_reported() -> None:
+    unknown = claim("all", [exactly("a", "nope", allocationMode="All")], [result("a", "gpu-1")])
+    assert ("default/all", "unknown-class") in rules_of([unknown])
+
+
+def test_a_constraint_on_a_first_available_request_covers_its_entries() -> None:
+    for named in ("r", "r/two"):
+        fa = claim(
+            "fa",
+            [
+                {
+                    "name": "r",
+                    "firstAvailable": [{"name": "two", "deviceClassName": "gpu", "count": 2}],
+                }
+            ],
+            [result("r/two", "gpu-0-mig-1"), result("r/two", "gpu-1")],
+            config=gpu_config("r"),
+            constraints=[{"requests": [named], "matchAttribute": f"{GPU}/numa"}],
+        )
+        assert check([fa]) == [
+            Violation(
+                "default/fa",
+                "constraint",
+                f"claim default/fa: matchAttribute {GPU}/numa: devices {MIG_1} and {GPU_1} "
+                "differ (0 vs 1)",
+            )
+        ]
+
+
+def test_every_device_of_a_constraint_is_compared_past_results_it_does_not_cover() -> None:
+    taken = claim(
+        "x",
+        [exactly("nic", "nic"), exactly("pair", count=3)],
+        [
+            result("nope", "gpu-0"),
+            result("nic", "nic-1", "a-nic", NIC),
+            result("pair", "gpu-0-mig-1"),
+            result("pair", "gpu-1"),
+            share("pair", "shared-0", "2Gi", "s-1"),
+        ],
+        config=gpu_config("pair", every=False),
+        constraints=[{"requests": ["pair"], "matchAttribute": f"{GPU}/numa"}],
+    )
+    found = [(v.rule, v.message) for v in check([taken])]
+    assert found == [
+        ("unknown-request", "claim default/x: result names unknown request 'nope'"),
+        *(
+            (
+                "constraint",
+                f"claim default/x: matchAttribute {GPU}/numa: devices {MIG_1} and {other} "
+                "differ (0 vs 1)",
+            )
+            for other in (GPU_1, SHARED)
+        ),
+    ]
+
+
+def test_results_after_one_that_is_not_resolved_are_still_checked() -> None:
+    taken = claim(
+        "x",
+        [exactly("g", count=3)],
+        [result("g", "gpu-9"), result("g", "gpu-0-mig-0"), result("g", "gpu-0-mig-0")],
+        config=gpu_config("g"),
+        constraints=[{"matchAttribute": f"{GPU}/numa"}],
+    )
+    assert rules_of([*valid_claims()[1:], taken]) == [
+        ("default/x", "unknown-device"),
+        ("default/x", "result-order"),
+        ("default/x", "device-twice"),
+    ]
+    # And what they hold counts against the claims after.
+    later = claim("later", [exactly("g")], [result("g", "gpu-0-mig-0")], config=gpu_config("g"))
+    assert ("default/later", "device-twice") in rules_of([taken, later])
+
+
+def test_what_a_claim_holds_after_an_admin_result_counts_against_later_claims() -> None:
+    first = claim(
+        "first",
+        [exactly("a", adminAccess=True), exactly("p")],
+        [result("a", "gpu-0-mig-0", adminAccess=True), result("p", "gpu-1")],
+        config=gpu_config("a", "p"),
+    )
+    later = claim("later", [exactly("g")], [result("g", "gpu-1")], config=gpu_config("g"))
+    assert rules_of([first, later]) == [("default/later", "device-twice")]
+
+
+def test_a_claim_sharing_a_device_it_also_holds_alone_conflicts_with_no_one_else() -> None:
+    both = claim(
+        "both",
+        [exactly("a"), exactly("b")],
+        [result("a", "shared-0"), share("b", "shared-0", "2Gi", "s-1")],
+        config=gpu_config("a", "b"),
+    )
+    assert rules_of([both]) == [("default/both", "share-id"), ("default/both", "consumed-capacity")]
+
+
+def test_the_device_at_the_head_of_the_order_is_checked_for_order_too() -> None:
+    # gpu-0 is the first device of node-a.
+    backwards = claim(
+        "pair",
+        [exactly("p", count=2)],
+        [result("p", "gpu-1"), result("p", "gpu-0")],
+        config=gpu_config("p"),
+    )
+    assert rules_of([backwards]) == [("default/pair", "result-order")]
+    twice = claim(
+        "pair",
+        [exactly("p", count=2)],
+        [result("p", "gpu-0"), result("p", "gpu-0")],
+        config=gpu_config("p"),
+    )
+    assert rules_of([twice]) == [("default/pair", "result-order"), ("default/pair", "device-twice")]
+
+
+def test_every_request_is_counted_after_one_without_results() -> None:
+    claims = copy.deepcopy(valid_claims())
+    del results_of(claims[1])[2]
+    del results_of(claims[1])[1]
+    assert [v.message for v in check(claims)] == [
+        "claim default/two request pair asks for 2 device(s) but has 1 result(s)",
+        "claim default/two: request nic has no results",
+    ]
+
+
+def test_claims_after_a_malformed_one_are_checked() -> None:
+    bad = copy.deepcopy(valid_claims()[0])
+    bad["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] = "Some"
+    wrong = copy.deepcopy(valid_claims()[4])
+    results_of(wrong)[0]["device"] = "gpu-9"
+    assert rules_of([bad, wrong]) == [
+        ("default/one", "malformed"),
+        ("default/on-b", "unknown-device"),
+    ]
+
+
+def test_the_requests_a_config_is_written_for_must_be_the_right_ones() -> None:
+    claims = copy.deepcopy(valid_claims())
+    claims[1]["status"]["allocation"]["devices"]["config"][0]["requests"] = ["nic"]
+    assert rules_of(claims) == [("default/two", "config")]
+    claims = copy.deepcopy(valid_claims())
+    # A claim config for one request of two is written with that request's name.
+    claims[1]["spec"]["devices"]["config"] = [
+        {"requests": ["nic"], "opaque": {"driver": NIC, "parameters": {}}}
+    ]
+    allocation = claims[1]["status"]["allocation"]["devices"]
+    allocation["config"] = [
+        *gpu_config("pair", every=False),
+        {"source": "FromClaim", "requests": ["nic"], "opaque": {"driver": NIC, "parameters": {}}},
+    ]
+    assert check(claims) == []
+    del allocation["config"][1]["requests"]
+    assert rules_of(claims) == [("default/two", "config")]
+
+
+def test_a_claim_config_for_an_entry_not_chosen_is_left_out_and_the_next_kept() -> None:
+    fa = first_available()
+    fa["spec"]["devices"]["config"] = [
+        {"requests": ["r/big"], "opaque": {"driver": GPU, "parameters": {}}},
+        *fa["spec"]["devices"]["config"],
+    ]
+    assert check([fa]) == []
+
+
+def test_the_class_config_of_a_later_request_is_expected_after_one_of_an_unknown_class() -> None:
+    claims = copy.deepcopy(valid_claims())
+    claims[1]["spec"]["devices"]["requests"][1]["exactly"]["deviceClassName"] = "nope"
+    claims[1]["spec"]["devices"]["requests"].reverse()
+    results_of(claims[1]).reverse()
+    assert rules_of(claims) == [
+        ("default/two", "result-order"),
+        ("default/two", "unknown-class"),
+    ]
+
+
+def test_a_taint_without_a_value_is_named_without_one() -> None:
+    slices, _, _ = cluster()
+    slices[1]["spec"]["devices"][5]["taints"] = [
+        {"key": "example.com/maint", "effect": "NoSchedule"}
+    ]
+    tainted = claim("t", [exactly("g")], [result("g", "gpu-2")], config=gpu_config("g"))
+    assert [v.message for v in check([tainted], slices)] == [
+        f"claim default/t request g device {GPU}/a-gpu/gpu-2: taint example.com/maint=:NoSchedule "
+        "is not tolerated"
+    ]
+
+
+def test_without_any_node_an_allocation_is_checked_on_no_particular_node() -> None:
+    net = devices_slice("net", None, NIC, "net", [device("switch", "vf")], allNodes=True)
+    taken = claim("net", [exactly("n", "nic")], [result("n", "switch", "net", NIC)], node=None)
+    taken["status"]["allocation"]["nodeSelector"] = on_node("node-a")
+    _, classes, _ = cluster()
+    assert [v.message for v in check_allocations([net], classes, [taken], [])] == [
+        f"claim default/net: nodeSelector is {on_node('node-a')}, expected None (allocation "
+        "checked on node node-a)"
+    ]
+    del taken["status"]["allocation"]["nodeSelector"]
+    taken["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": []}]
+    }
+    assert [v.message for v in check_allocations([net], classes, [taken], [])] == [
+        "claim default/net: nodeSelector is {'nodeSelectorTerms': [{'matchExpressions': []}]}, "
+        "expected None (allocation checked on no particular node)"
+    ]
+
+
+def test_too_many_results_says_how_many() -> None:
+    slices, classes, nodes = cluster()
+    slices.append(devices_slice("big", "node-b", GPU, "big", [device(f"d-{i}") for i in range(33)]))
+    big = claim(
+        "big",
+        [exactly("g", "any", count=33)],
+        [result("g", f"d-{i}", "big") for i in range(33)],
+        node="node-b",
+    )
+    assert [v.message for v in check_allocations(slices, classes, [big], nodes)] == [
+        "claim default/big has 33 results; at most 32 are allowed"
+    ]
+
+
+def test_a_result_without_a_request_name_names_an_empty_one() -> None:
+    claims = copy.deepcopy(valid_claims())
+    del results_of(claims[0])[0]["request"]
+    assert check(claims)[0].message == "claim default/one: result names unknown request ''"
