@@ -604,7 +604,12 @@ def with_results(name: str, requests: list[Obj], results: list[Obj], **extra: An
 
 @pytest.mark.parametrize(
     ("memory", "members"),
-    [("8Gi", ["gpu-1", "shared-0"]), ("10Gi", ["gpu-1", "shared-0"]), ("12Gi", ["gpu-1"])],
+    [
+        ("8Gi", ["gpu-1", "shared-0"]),
+        ("10Gi", ["gpu-1", "shared-0"]),
+        ("12Gi", ["gpu-1"]),
+        ("20Gi", ["gpu-1"]),  # more than shared-0's policy allows a share
+    ],
 )
 def test_all_devices_are_those_whose_capacity_serves_the_request_after_earlier_claims(
     memory: str, members: list[str]
@@ -793,11 +798,10 @@ def test_the_device_at_the_head_of_the_order_is_checked_for_order_too() -> None:
 
 def test_every_request_is_counted_after_one_without_results() -> None:
     claims = copy.deepcopy(valid_claims())
-    del results_of(claims[1])[2]
-    del results_of(claims[1])[1]
+    results_of(claims[1])[:] = [result("nic", name, "a-nic", NIC) for name in ("nic-0", "nic-1")]
     assert [v.message for v in check(claims)] == [
-        "claim default/two request pair asks for 2 device(s) but has 1 result(s)",
-        "claim default/two: request nic has no results",
+        "claim default/two: request pair has no results",
+        "claim default/two request nic asks for 1 device(s) but has 2 result(s)",
     ]
 
 

@@ -232,3 +232,19 @@ def test_a_slice_for_a_node_selector_applies_to_the_nodes_it_matches(
                 "node-a",
             )
         ]
+
+
+def test_an_allocation_for_no_named_node_is_accepted_when_any_node_fits_it() -> None:
+    _, classes, _ = cluster()
+    rack = {"nodeSelectorTerms": [{"matchExpressions": [requirement("rack", "In", "r1")]}]}
+    slices = [devices_slice("rack", None, NIC, "rack", [device("link", "vf")], nodeSelector=rack)]
+    taken = claim(
+        "rack", [exactly_one("n", "nic")], [result_of("n", "link", "rack", NIC)], node=None
+    )
+    taken["status"]["allocation"]["nodeSelector"] = rack
+    # node-a, tried first, is in another rack; node-b fits.
+    nodes = [
+        {"metadata": {"name": "node-a", "labels": {"rack": "r2"}}},
+        {"metadata": {"name": "node-b", "labels": {"rack": "r1"}}},
+    ]
+    assert check_allocations(slices, classes, [taken], nodes) == []
