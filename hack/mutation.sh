@@ -2,17 +2,20 @@
 # Mutation testing (not part of the default test run): mutmut changes one thing at a time in the
 # modules listed under [tool.mutmut] in pyproject.toml and runs the tests that cover it; a mutant
 # that no test notices is a gap (or an equivalent change). Results go to docs/testing.md.
-# Usage: hack/mutation.sh [--all-tests] [--max-children N] [MODULE...]
+# Usage: hack/mutation.sh [--all-tests] [--max-children N] [--only GLOB] [MODULE...]
 #   e.g. hack/mutation.sh controller.writer
 #   MODULE is a dotted module or package name; without one, every module of the table below is
 #   run, one after the other.
 #   By default a module is run with the tests of its row in the table below (a module without a
 #   row gets the configured set); --all-tests uses the set configured in pyproject.toml
 #   (pytest_add_cli_args_test_selection) for every module. --max-children caps the mutants run
-#   at once (mutmut's default: one per CPU).
+#   at once (mutmut's default: one per CPU). --only runs only the mutants whose name, after
+#   "MODULE.", matches GLOB (fnmatch; may be given several times), e.g. --only '*ǁ_decide__*'
+#   for one method of a module too slow to run whole; the counts printed still cover every
+#   mutant of the module (those not tried show as "not checked").
 # Progress goes to stderr; for each module, its counts and the list of survivors go to stdout.
-# Each run replaces the results of a run with another test set (mutmut starts over when the test
-# selection changes), so run one module at a time and read its results before the next.
+# A run of another module (or with other tests) starts afresh and replaces the results of the
+# last, so run one module at a time and read its results before the next.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=hack/venv.sh
@@ -26,6 +29,10 @@ cd "$ROOT"
 # crash tests are never listed: they run the plugin in a child process, where mutmut records
 # nothing, so no mutant is ever tried against them.
 PLUGIN="tests/integration/plugin"
+# The checker's unit tests, not the property tests that also run it (seconds a mutant).
+CHECKER="tests/unit/allocator/test_checker.py tests/unit/allocator/test_checker_cel_device.py \
+tests/unit/allocator/test_checker_messages.py tests/unit/allocator/test_checker_node_selectors.py \
+tests/unit/allocator/test_checker_inputs.py"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
@@ -35,6 +42,13 @@ $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
   [dra_driver.checkpoint]="tests/unit/checkpoint"
   [controller.writer]="tests/unit/controller/test_writer.py tests/unit/controller/test_reconciler.py \
 tests/integration/allocation"
+  [controller.decide]="tests/unit/controller/test_decide.py tests/unit/controller/test_view.py"
+  [controller.reconciler]="tests/unit/controller/test_reconciler.py tests/unit/controller/test_loop.py \
+tests/unit/controller/test_queues.py"
+  [dra_driver.checker]="$CHECKER"
+  [dra_driver.checker.rules]="$CHECKER"
+  [dra_driver.checker.inputs]="$CHECKER"
+  [dra_driver.checker.cel_device]="$CHECKER"
 )
 ORDER=(
   dra_driver.checkpoint
@@ -43,9 +57,13 @@ ORDER=(
   kubeletplugin.prepare.recovery
   kubeletplugin.prepare.preparer
   controller.writer
+  controller.decide
+  dra_driver.checker
+  controller.reconciler
 )
 
 all_tests=0
+only=()
 max_children=()
 modules=()
 while [ $# -gt 0 ]; do
@@ -53,7 +71,9 @@ while [ $# -gt 0 ]; do
     --all-tests) all_tests=1 ;;
     --max-children) max_children=(--max-children "$2"); shift ;;
     --max-children=*) max_children=(--max-children "${1#*=}") ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --only) only+=("$2"); shift ;;
+    --only=*) only+=("${1#*=}") ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) modules+=("$1") ;;
   esac
@@ -109,9 +129,22 @@ for module in "${modules[@]}"; do
     echo "no module ${module} (neither ${source}/ nor ${source}.py)" >&2
     exit 2
   fi
+  # mutmut keeps which tests reach which function (and its results) in mutants/, and collects
+  # that again only when the test set changes: after a module run with the same tests (the
+  # checker's), it would find no test for this one. A run of another module starts afresh.
+  run_key="${source} ${selection}"
+  if [ -d mutants ] && [ "$(cat mutants/.mutation-run 2>/dev/null)" != "$run_key" ]; then
+    rm -rf mutants
+  fi
+  mkdir -p mutants
+  printf '%s\n' "$run_key" > mutants/.mutation-run
   echo "==> mutmut run ${module} with ${selection:-the configured tests}" >&2
   # mutmut prints its progress on stdout.
-  run_mutmut "$selection" "$source" run "${max_children[@]}" "${module}.*" >&2
+  patterns=("${module}.*")
+  if [ ${#only[@]} -gt 0 ]; then
+    patterns=("${only[@]/#/${module}.}")
+  fi
+  run_mutmut "$selection" "$source" run "${max_children[@]}" "${patterns[@]}" >&2
   echo "==> ${module}"
   run_mutmut "$selection" "$source" results --all true | awk -v module="$module" '
     {

@@ -143,15 +143,8 @@ class RunningPlugin:
         return self.daemon.servers.registration_socket
 
 
-@contextlib.asynccontextmanager
-async def running_plugin(
-    server: ApiServer,
-    root: Path,
-    node: str,
-    gpus: str = "H100-SXM5-80GB:2",
-    backend: GpuBackend | None = None,
-    **extra: Any,
-) -> AsyncIterator[RunningPlugin]:
+def plugin_config(root: Path, node: str, gpus: str, **extra: Any) -> PluginConfig:
+    """The configuration of one node's plugin, every directory of it under `root`."""
     settings: dict[str, Any] = {
         "node_name": node,
         "kubeconfig": None,
@@ -162,7 +155,38 @@ async def running_plugin(
         "fake_gpus": gpus,
         "health_poll_s": 0.05,
     }
-    config = PluginConfig(**(settings | extra))
+    return PluginConfig(**(settings | extra))
+
+
+@contextlib.asynccontextmanager
+async def stopped_plugin(
+    server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+) -> AsyncIterator[PluginDaemon]:
+    """A plugin built as `running_plugin` builds it but not started: its parts (preparer,
+    checkpoint store, claim source) for a test that drives one start-up step itself."""
+    config = plugin_config(root, node, gpus, **extra)
+    api = client.ApiClient(client.Configuration(host=server.url))
+    try:
+        daemon = await asyncio.to_thread(PluginDaemon, config, api)
+        try:
+            yield daemon
+        finally:
+            daemon.backend.close()
+    finally:
+        api.close()
+        await asyncio.to_thread(terminate_daemons, config.state_dir)
+
+
+@contextlib.asynccontextmanager
+async def running_plugin(
+    server: ApiServer,
+    root: Path,
+    node: str,
+    gpus: str = "H100-SXM5-80GB:2",
+    backend: GpuBackend | None = None,
+    **extra: Any,
+) -> AsyncIterator[RunningPlugin]:
+    config = plugin_config(root, node, gpus, **extra)
     api = client.ApiClient(client.Configuration(host=server.url))
     daemon = await asyncio.to_thread(PluginDaemon, config, api, backend)
     stop = asyncio.Event()

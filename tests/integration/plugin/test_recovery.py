@@ -23,7 +23,9 @@ from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decod
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from kubeletplugin.prepare.claims import KubernetesClaimSource
+from kubeletplugin.daemon import PluginDaemon
+from kubeletplugin.prepare.claims import ClaimSource, KubernetesClaimSource
+from kubeletplugin.prepare.recovery import recover
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
@@ -35,6 +37,7 @@ from tests.integration.plugin.harness import (
     result,
     running_plugin,
     short_dir,
+    stopped_plugin,
 )
 
 NODE = "recovery-node"
@@ -61,6 +64,11 @@ def root() -> Iterator[Path]:
 def plugin(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[RunningPlugin]:
     """The plugin of one node; its fake GPUs keep their state in `root`, across restarts."""
     return running_plugin(server, root, NODE, GPUS, fake_state_dir=root / "fake")
+
+
+def parts(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[PluginDaemon]:
+    """The same plugin built but not started: a test runs its start-up recovery itself."""
+    return stopped_plugin(server, root, NODE, GPUS, fake_state_dir=root / "fake")
 
 
 def gpus(root: Path) -> FakeBackend:
@@ -261,3 +269,92 @@ async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_reco
     async with plugin(server, root) as running:
         assert set(running.daemon.preparer.checkpoint.claims) == {gone[1]}
         assert len(running.backend.gpu_instances(1)) == 1
+
+
+class FlakyClaims:
+    """The API server as recovery reads it, failing for the claims named `failing` only."""
+
+    def __init__(self, claims: ClaimSource, failing: set[str]) -> None:
+        self.claims = claims
+        self.failing = failing
+
+    def get(self, namespace: str, name: str) -> dict[str, object] | None:
+        if name in self.failing:
+            raise urllib3.exceptions.MaxRetryError(None, f"/{namespace}/{name}")  # type: ignore[arg-type]
+        return self.claims.get(namespace, name)
+
+
+async def test_recovery_reports_what_it_did_with_each_claim_and_spec(
+    server: ApiServer, api: client.ApiClient, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = ("kept", "gone", "started", "stuck", "stuck-gone")
+    made = {
+        name: create_claim(api, [result("mig", f"gpu-1-mig-1g10gb-{i}", NODE)])
+        for i, name in enumerate(names)
+    }
+    specless = create_claim(api, [result("gpu", "gpu-0", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, *made.values(), specless)
+    uid = {name: claim[1] for name, claim in made.items()}
+    # While the plugin is down: two claims are deleted, two were being prepared, the spec of a
+    # claim that changed no GPU is gone (an unprepare that stopped half-way), a spec appears that
+    # no claim owns, and the MIG devices of two claims are busy, so undoing them fails.
+    for name in ("gone", "stuck-gone"):
+        delete_claim(api, made[name][0])
+    cdi = CdiSpecDir(root / "cdi" / NODE)
+    cdi.claim_specs(KIND)[specless[1]].unlink()
+    orphan = "00000000-0000-4000-8000-0000000000aa"
+    cdi.write_claim_spec(orphan, cdi.read(cdi.claim_specs(KIND)[uid["kept"]]))
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    records = dict(loaded.checkpoint.claims)
+    for name in ("started", "stuck"):
+        records[uid[name]] = replace(records[uid[name]], state=ClaimState.PREPARE_STARTED)
+    busy = [records[uid[name]].mig_instances[0].gi_id for name in ("stuck", "stuck-gone")]
+    for gi_id in busy:
+        gpus(root).mark_busy(1, gi_id)
+    # A claim the API server fails to return (a copy of one kept), checked first: the rest are
+    # still checked.
+    flaky = replace(records[uid["kept"]], uid="00000000-0000-4000-8000-000000000001", name="flaky")
+    checkpoint = Checkpoint(boot_id=loaded.checkpoint.boot_id)
+    for record in [flaky, *records.values()]:
+        checkpoint = checkpoint.with_claim(record)
+    store.save(checkpoint)
+    async with parts(server, root) as daemon:
+        # And a spec that someone else deletes between recovery's listing and its own delete.
+        listed = daemon.preparer.cdi_specs
+        vanished = "00000000-0000-4000-8000-0000000000bb"
+        vanished_path = root / "cdi" / NODE / f"{vanished}.json"
+        monkeypatch.setattr(
+            daemon.preparer, "cdi_specs", lambda: listed() | {vanished: vanished_path}
+        )
+        claims = FlakyClaims(daemon.claims, {"flaky"})
+        report = await recover(daemon.preparer, daemon.store, claims, daemon.boot_id)
+        for gi_id in busy:
+            daemon.backend.clear_busy(1, gi_id)
+    assert report.rolled_back == [uid["started"]]
+    assert sorted(report.unprepared) == sorted([uid["gone"], specless[1]])
+    assert sorted(report.kept) == sorted([flaky.uid, uid["kept"], uid["stuck"], uid["stuck-gone"]])
+    assert sorted(report.orphan_specs) == [orphan, vanished]
+    assert report.problems == []
+    saved = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint")
+    assert set(saved.claims) == set(report.kept)
+    assert specs(root) == {uid["kept"], uid["stuck"], uid["stuck-gone"]}
+    left = {i.placement.start for i in gpus(root).gpu_instances(1)}
+    assert left == {names.index(name) for name in ("kept", "stuck", "stuck-gone")}
+
+
+async def test_recovery_reports_and_warns_about_a_reset_checkpoint(
+    server: ApiServer, root: Path
+) -> None:
+    path = checkpoint_path(root)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "checksum": "nope", "data": {}}')
+    warnings: list[str] = []
+    async with parts(server, root) as daemon:
+        report = await recover(
+            daemon.preparer, daemon.store, daemon.claims, daemon.boot_id, warn=warnings.append
+        )
+    assert len(warnings) == 1 and "checksum mismatch" in warnings[0]
+    assert report.problems == warnings
+    assert report.rolled_back == report.unprepared == report.kept == report.orphan_specs == []

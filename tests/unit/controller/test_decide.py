@@ -2,12 +2,59 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from controller.decide import Decision, NotYet, Unallocatable, decide
 from controller.informer import key_of
+from controller.view import ClusterView
+from dra_driver.allocator import AllocationMode
 from dra_driver.allocator.result import allocation_node
-from tests.unit.controller.viewkit import claim, cluster, devices, pod, put
+from tests.unit.controller.viewkit import claim, cluster, delete, devices, node, pod, put
 
 ONE_NODE = {"node-a": "H100-SXM5-80GB:2"}
+
+
+def only_on(body: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """The pod with a nodeSelector that lets it run on `node_name` only."""
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    return body
+
+
+def asking_cpu(body: dict[str, Any], cpu: int, memory: str | None = None) -> dict[str, Any]:
+    requests = {"cpu": str(cpu)} | ({"memory": memory} if memory else {})
+    body["spec"]["containers"][0]["resources"] = {"requests": requests}
+    return body
+
+
+def with_cpu(view: ClusterView, node_name: str, cpu: int) -> None:
+    """The node publishes its allocatable, `cpu` CPUs among it."""
+    body = node(node_name)
+    body["status"]["allocatable"] = {"cpu": str(cpu), "memory": "64Gi", "pods": "110"}
+    put(view, "nodes", body, "MODIFIED")
+
+
+def watched(view: ClusterView, *pods: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods as the controller has them: in the view too, where they count against nodes."""
+    for body in pods:
+        put(view, "pods", body)
+    return list(pods)
+
+
+def written(view: ClusterView, name: str, pod_name: str, *, on: str) -> dict[str, Any]:
+    """Claim `name` decided on node `on` for pod `pod_name`, and written: allocated in the view."""
+    put(view, "resourceclaims", claim(name))
+    made = decide(view, [only_on(pod(pod_name, [name]), on)])
+    assert isinstance(made, Decision)
+    allocation = made.allocations[("default", name)]
+    view.forget(("default", name))
+    put(view, "resourceclaims", claim(name, allocation=allocation))
+    return allocation
+
+
+def nodes_of(decision: Decision) -> dict[str, str | None]:
+    return {claim_key[1]: allocation_node(a) for claim_key, a in decision.allocations.items()}
 
 
 async def test_a_pod_whose_claim_is_not_created_yet_waits_quietly() -> None:
@@ -119,3 +166,185 @@ async def test_a_claim_shared_by_two_gang_members_is_allocated_once() -> None:
     assert isinstance(outcome, Decision)
     assert list(outcome.allocations) == [("default", "common")]
     assert [p["metadata"]["name"] for p in outcome.claims[("default", "common")]] == ["m1", "m2"]
+
+
+async def test_a_pod_whose_claims_are_on_a_node_it_may_not_run_on_is_told_why() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:1", "node-b": "H100-SXM5-80GB:1"})
+    written(view, "x", "seed", on="node-a")
+    outcome = decide(view, [only_on(pod("p", ["x"]), "node-b")])
+    assert outcome == Unallocatable(
+        "pod default/p: its claims are allocated on node node-a, where it may not run: "
+        "nodeSelector kubernetes.io/hostname=node-b does not match"
+    )
+    delete(view, "nodes", node("node-a"))
+    outcome = decide(view, [pod("q", ["x"])])
+    assert outcome == Unallocatable(
+        "pod default/q: its claims are allocated on node node-a, where it may not run: "
+        "it is not a known node"
+    )
+
+
+async def test_a_pod_no_node_may_take_is_told_why_each_refuses() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:1"})
+    put(view, "resourceclaims", claim("c"))
+    outcome = decide(view, [only_on(pod("p", ["c"]), "node-z")])
+    assert outcome == Unallocatable(
+        "pod default/p: no node is eligible for the pod "
+        "(node-a: nodeSelector kubernetes.io/hostname=node-z does not match)"
+    )
+
+
+async def test_a_pod_without_room_on_any_node_is_told_what_the_first_three_lack() -> None:
+    view = cluster({f"node-{x}": "H100-SXM5-80GB:1" for x in "abcd"})
+    for x in "abcd":
+        with_cpu(view, f"node-{x}", 1)
+    put(view, "resourceclaims", claim("c"))
+    outcome = decide(view, [asking_cpu(pod("p", ["c"]), 2, "100Gi")])
+    lack = "insufficient cpu (asks 2, 1 free), insufficient memory (asks 100Gi, 64Gi free)"
+    assert outcome == Unallocatable(
+        f"pod default/p: no eligible node has room for the pod (node node-a: {lack}; "
+        f"node node-b: {lack}; node node-c: {lack}; and 1 more)"
+    )
+    assert view.assumed == {}
+
+
+async def test_nodes_left_out_for_lack_of_room_are_named_after_the_allocators_reason() -> None:
+    # node-a has the GPUs but not the CPU; node-b has the CPU but one GPU only.
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:1"})
+    with_cpu(view, "node-a", 1)
+    with_cpu(view, "node-b", 4)
+    put(view, "resourceclaims", claim("c", count=2))
+    outcome = decide(view, [asking_cpu(pod("p", ["c"]), 2)])
+    assert isinstance(outcome, Unallocatable)
+    assert outcome.reason.startswith("no node fits (1 tried): node-b: ")
+    assert outcome.reason.endswith(
+        "; left out for lack of room: node node-a: insufficient cpu (asks 2, 1 free)"
+    )
+
+
+async def test_a_pod_with_every_claim_allocated_goes_to_their_node() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:1", "node-b": "H100-SXM5-80GB:1"})
+    written(view, "x", "seed", on="node-b")
+    outcome = decide(view, [pod("user", ["x"])])
+    assert isinstance(outcome, Decision)
+    assert outcome.allocations == {}
+    assert outcome.nodes == {("default", "user"): "node-b"}
+
+
+async def test_gang_members_that_share_no_node_are_decided_one_by_one() -> None:
+    # m1's claim is on node-a already; m2 may run on node-b only.
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    written(view, "x", "seed", on="node-a")
+    put(view, "resourceclaims", claim("y"))
+    outcome = decide(view, [pod("m1", ["x"]), only_on(pod("m2", ["y"]), "node-b")])
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"y": "node-b"}
+    assert outcome.nodes == {("default", "m1"): "node-a", ("default", "m2"): "node-b"}
+
+
+async def test_a_gang_goes_where_all_of_it_fits_not_where_its_first_member_would() -> None:
+    # First-fit takes node-a for one member alone; both members fit on node-b only.
+    view = cluster(
+        {"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:4"}, AllocationMode.FIRST_FIT
+    )
+    for name in ("alone", "g1", "g2"):
+        put(view, "resourceclaims", claim(name, count=2))
+    alone = decide(view, [pod("alone", ["alone"])])
+    assert isinstance(alone, Decision) and nodes_of(alone) == {"alone": "node-a"}
+    view.forget(("default", "alone"))
+    outcome = decide(view, watched(view, pod("m1", ["g1"]), pod("m2", ["g2"])))
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"g1": "node-b", "g2": "node-b"}
+    assert set(outcome.nodes.values()) == {"node-b"}
+
+
+@pytest.mark.parametrize("restricted", [0, 1])
+async def test_a_gang_goes_only_where_every_member_may_run(restricted: int) -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:4", "node-b": "H100-SXM5-80GB:4"})
+    for name in ("g1", "g2"):
+        put(view, "resourceclaims", claim(name))
+    gang = [pod("m1", ["g1"]), pod("m2", ["g2"])]
+    only_on(gang[restricted], "node-b")
+    outcome = decide(view, watched(view, *gang))
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"g1": "node-b", "g2": "node-b"}
+
+
+async def test_gang_members_without_room_together_are_spread_over_nodes() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    for name in ("node-a", "node-b"):
+        with_cpu(view, name, 4)
+    for name in ("g1", "g2"):
+        put(view, "resourceclaims", claim(name))
+    gang = [asking_cpu(pod("m1", ["g1"]), 3), asking_cpu(pod("m2", ["g2"]), 3)]
+    outcome = decide(view, watched(view, *gang))
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"g1": "node-a", "g2": "node-b"}
+    assert outcome.nodes == {("default", "m1"): "node-a", ("default", "m2"): "node-b"}
+
+
+async def test_a_gang_member_without_room_beside_the_others_fails_the_whole_gang() -> None:
+    view = cluster(ONE_NODE)
+    with_cpu(view, "node-a", 4)
+    for name in ("g1", "g2"):
+        put(view, "resourceclaims", claim(name))
+    gang = [asking_cpu(pod("m1", ["g1"]), 3), asking_cpu(pod("m2", ["g2"]), 3)]
+    outcome = decide(view, watched(view, *gang))
+    assert outcome == Unallocatable(
+        "gang member default/m2: no eligible node has room for the pod "
+        "(node node-a: insufficient cpu (asks 3, 1 free))"
+    )
+    assert view.assumed == {}
+
+
+async def test_a_gang_member_with_a_wrong_claim_fails_the_gang_and_frees_what_others_took() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    put(view, "resourceclaims", claim("fine"))
+    put(view, "resourceclaims", claim("wrong", kind="tpu"))
+    gang = [only_on(pod("m1", ["fine"]), "node-a"), only_on(pod("m2", ["wrong"]), "node-b")]
+    outcome = decide(view, gang)
+    assert outcome == Unallocatable(
+        "claim default/wrong: spec.devices.requests[0].exactly: DeviceClass tpu does not exist"
+    )
+    assert view.assumed == {}
+
+
+async def test_a_gang_member_free_to_go_anywhere_joins_the_others() -> None:
+    # m1 and m3 may not share a node, so the gang is decided member by member; m2 could take
+    # the busiest node, node-c, but goes where m1 went.
+    view = cluster(
+        {"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2", "node-c": "H100-SXM5-80GB:4"}
+    )
+    put(view, "resourceclaims", claim("busy", count=2))
+    assert isinstance(decide(view, [only_on(pod("busy", ["busy"]), "node-c")]), Decision)
+    for name in ("g1", "g2", "g3"):
+        put(view, "resourceclaims", claim(name))
+    gang = [
+        only_on(pod("m1", ["g1"]), "node-a"),
+        pod("m2", ["g2"]),
+        only_on(pod("m3", ["g3"]), "node-b"),
+    ]
+    outcome = decide(view, gang)
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"g1": "node-a", "g2": "node-a", "g3": "node-b"}
+
+
+async def test_a_claim_shared_by_two_gang_members_on_a_one_gpu_node_is_allocated_once() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:1"})
+    put(view, "resourceclaims", claim("common"))
+    outcome = decide(view, [pod("m1", ["common"]), pod("m2", ["common"])])
+    assert isinstance(outcome, Decision)
+    assert nodes_of(outcome) == {"common": "node-a"}
+
+
+async def test_a_forgotten_decision_leaves_no_load_on_its_node() -> None:
+    # Scored mode tries the busiest node first; once node-b's only decision is forgotten, the
+    # two nodes are equally idle again and the name decides.
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    for name in ("first", "second"):
+        put(view, "resourceclaims", claim(name))
+    first = decide(view, [only_on(pod("p1", ["first"]), "node-b")])
+    assert isinstance(first, Decision) and nodes_of(first) == {"first": "node-b"}
+    view.forget(("default", "first"))
+    second = decide(view, [pod("p2", ["second"])])
+    assert isinstance(second, Decision) and nodes_of(second) == {"second": "node-a"}

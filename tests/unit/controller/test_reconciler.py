@@ -4,6 +4,7 @@ gates, and the re-check at the end of the settle time."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from kubernetes import client
 
 from controller.daemon import ControllerDaemon
 from controller.kube_calls import ControllerApi
+from controller.view import allocation_of
 from tests.integration.allocation.harness import (
     DRIVER,
     GATE,
@@ -476,5 +478,38 @@ async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.gated("p")
         assert conflicts(daemon, "before-write") == 1
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allocation(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("p", ["ours"]))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        # Another allocator's write lands on the claim before the gate lifts: another device,
+        # reserved for its own pod.
+        theirs = copy.deepcopy(cluster.get_claim("ours")["status"]["allocation"])
+        theirs["devices"]["results"][0]["device"] = "gpu-0-mig-1g10gb-0"
+        their_pod = {"resource": "pods", "name": "theirs", "uid": "uid-theirs"}
+        status = {"allocation": theirs, "reservedFor": [their_pod]}
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "resourceclaims", "ours", {"status": status}
+        )
+        await eventually(
+            lambda: allocation_of(daemon.view.claims[("default", "ours")]) == theirs,
+            what="their allocation in the view",
+        )
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        # The decision is dropped, not lifted on a claim that no longer holds what it chose, and
+        # the withdrawal leaves their allocation and reservation alone.
+        assert conflicts(daemon, "settled") == 1
+        assert cluster.gated("p")
+        assert cluster.get_claim("ours")["status"] == status
     finally:
         daemon.stop_watches()
