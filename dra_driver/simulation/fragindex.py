@@ -17,8 +17,8 @@ share GPUs and costs several points where pods are pinned to models (docs/perfor
 Among nodes whose increase is equal, the node with the least free device room wins, then node
 order. Equal increases mostly mean "no common shape is hurt here"; the kube-scheduler breaks such
 ties at random, node order alone piles pods onto the first nodes, and filling the fuller node
-keeps the emptier ones whole for the large shapes (on the openb traces it beat node order on all
-three and random ties where both were measured; docs/performance.md).
+keeps the emptier ones whole for the large shapes (on the openb traces it beat node order on two
+and tied on the third, and beat random ties where both were measured; docs/performance.md).
 
 Every node is considered: nodes in equal states (same devices, availability and free resources)
 share one evaluation, and evaluations are cached per state until the workload is refreshed. The
