@@ -18,7 +18,8 @@ Among nodes whose increase is equal, the node with the least free device room wi
 order. Equal increases mostly mean "no common shape is hurt here"; the kube-scheduler breaks such
 ties at random, node order alone piles pods onto the first nodes, and filling the fuller node
 keeps the emptier ones whole for the large shapes (on the openb traces it beat node order on two
-and tied on the third, and beat random ties where both were measured; docs/performance.md).
+and tied on the third; random ties did as well on the one seed tried, but make a replay
+unrepeatable; docs/performance.md).
 
 Every node is considered: nodes in equal states (same devices, availability and free resources)
 share one evaluation, and evaluations are cached per state until the workload is refreshed. The
