@@ -38,7 +38,7 @@ from dra_driver.allocator.capacity import share_demand
 from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
 from dra_driver.allocator.snapshot import Device
-from dra_driver.simulation.rooms import NodeUnits, Rooms
+from dra_driver.simulation.rooms import NodeUnits, Rooms, unit_rooms
 from dra_driver.simulation.workload import Demand, Shape, Workload
 
 EPS = 1e-9
@@ -203,7 +203,7 @@ class FragmentationIndex:
         free: tuple[int, ...],
         distribution: Sequence[tuple[Shape, float]],
     ) -> float:
-        rooms = [max((avail[i] for i in unit), default=0.0) for unit in units.units]
+        rooms = unit_rooms(units, avail)
         total = sum(rooms)
         if total <= EPS:
             return 0.0
@@ -244,7 +244,7 @@ class FragmentationIndex:
             return None
         units = self.rooms.node(node)
         value, picked, before, after = found
-        room = sum(max((state[1][i] for i in unit), default=0.0) for unit in units.units)
+        room = sum(unit_rooms(units, state[1]))
         picked_ids = tuple(units.devices[i].id for i in picked)
         return Choice(node, value, picked_ids, before, after, room)
 
@@ -277,7 +277,7 @@ class FragmentationIndex:
                 after = self.fragmentation(node, after_avail, after_free)
                 value = after - before
             else:
-                rooms = sum(max((after_avail[i] for i in u), default=0.0) for u in units.units)
+                rooms = sum(unit_rooms(units, after_avail))
                 after = rooms
                 value = rooms
             if best is None or value < best[0] - EPS:

@@ -35,10 +35,9 @@ from typing import Any
 from dra_driver.allocator import AllocationError, ClusterSnapshot, Usage
 from dra_driver.allocator.capacity import large_enough, share_demand
 from dra_driver.allocator.claims import ALL, Alternative, plan_claim
-from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
 from dra_driver.allocator.snapshot import Device
-from dra_driver.simulation.rooms import counter_units, unit_shares
+from dra_driver.simulation.rooms import consumed_fraction, counter_units, unit_shares
 
 
 class GpuUnits:
@@ -76,7 +75,7 @@ class GpuUnits:
             if unit is None:
                 continue
             device = self._devices[device_id]
-            fraction = _fraction(device, usage.consumed_capacity.get(device_id) or {})
+            fraction = consumed_fraction(device, usage.consumed_capacity.get(device_id) or {})
             per_unit[unit] = per_unit.get(unit, 0.0) + self._share[device_id] * fraction
         return sum(min(held, 1.0) for held in per_unit.values())
 
@@ -132,19 +131,8 @@ class GpuUnits:
             demand = share_demand(device, alt.capacity)
             if demand is None:
                 return None
-            fraction = _fraction(device, demand)
+            fraction = consumed_fraction(device, demand)
             return None if fraction > 1.0 else self._share[device.id] * fraction
         if alt.capacity and not large_enough(device, alt.capacity):
             return None
         return self._share[device.id]
-
-
-def _fraction(device: Device, consumed: Mapping[str, Number]) -> float:
-    """The largest fraction of any of the device's capacities that `consumed` takes (1 for a
-    device without capacities: sharing it leaves nothing measurable to others)."""
-    fractions = [
-        float(consumed.get(name, 0) / rule.value)
-        for name, rule in device.capacity.items()
-        if rule.value
-    ]
-    return max(fractions, default=1.0)

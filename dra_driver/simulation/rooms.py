@@ -13,10 +13,11 @@ and the best-fit baseline compare across nodes; the allocator itself remains the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocator import ClusterSnapshot, Usage
+from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.snapshot import Device, Pool
 
 
@@ -117,12 +118,18 @@ class Rooms:
 
 def _free_fraction(usage: Usage, device: Device) -> float:
     consumed = usage.consumed_capacity.get(device.id) or {}
+    return max(1.0 - consumed_fraction(device, consumed), 0.0)
+
+
+def consumed_fraction(device: Device, consumed: Mapping[str, Number]) -> float:
+    """The largest fraction of any of the device's capacities that `consumed` takes (1 for a
+    device without capacities: sharing it leaves nothing measurable to others)."""
     fractions = [
-        1.0 - float(consumed.get(name, 0) / rule.value)
+        float(consumed.get(name, 0) / rule.value)
         for name, rule in device.capacity.items()
         if rule.value
     ]
-    return max(min(fractions, default=0.0), 0.0)
+    return max(fractions, default=1.0)
 
 
 def unit_rooms(units: NodeUnits, avail: Sequence[float]) -> list[float]:

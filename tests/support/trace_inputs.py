@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dra_driver.simulation.pods import ARRIVAL, DEPARTURE
 from tests.bench.traces import cluster
 
 NODES = [
@@ -37,17 +38,28 @@ def _template(name: str, exactly: dict[str, Any]) -> dict[str, Any]:
 def pod(
     name: str, template: str, arrival: float | None = None, departure: float | None = None
 ) -> dict[str, Any]:
+    """A small pod whose one claim `gpu` comes from `template`."""
+    claims = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    return sim_pod(name, "100m", "128Mi", claims, arrival, departure)
+
+
+def sim_pod(
+    name: str,
+    cpu: str,
+    memory: str = "1Gi",
+    claims: list[dict[str, str]] | None = None,
+    arrival: float | None = None,
+    departure: float | None = None,
+) -> dict[str, Any]:
+    """A pod in namespace `ns` with its requests, claims and timeline annotations."""
     annotations = {}
     if arrival is not None:
-        annotations["sim.dra-driver.dev/arrival"] = str(arrival)
+        annotations[ARRIVAL] = str(arrival)
     if departure is not None:
-        annotations["sim.dra-driver.dev/departure"] = str(departure)
-    container = {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+        annotations[DEPARTURE] = str(departure)
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
     return {
         "kind": "Pod",
         "metadata": {"namespace": "ns", "name": name, "annotations": annotations},
-        "spec": {
-            "containers": [container],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-        },
+        "spec": {"containers": [container], "resourceClaims": claims or []},
     }

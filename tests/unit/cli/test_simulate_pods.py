@@ -12,6 +12,7 @@ import yaml
 from dra_driver.checker.rules import check_allocations
 from dra_driver.cli.main import main
 from dra_driver.noderesources import CPU, MEMORY, node_allocatable, pod_requests
+from tests.support.trace_inputs import sim_pod as pod
 
 DRV = "gpu.example.com"
 CLASS = {
@@ -43,27 +44,6 @@ def node_slice(node: str, devices: int) -> dict[str, Any]:
 def node(name: str, cpu: str, memory: str = "8Gi") -> dict[str, Any]:
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
     return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
-
-
-def pod(
-    name: str,
-    cpu: str,
-    memory: str = "1Gi",
-    claims: list[dict[str, str]] | None = None,
-    arrival: float | None = None,
-    departure: float | None = None,
-) -> dict[str, Any]:
-    annotations = {}
-    if arrival is not None:
-        annotations["sim.dra-driver.dev/arrival"] = str(arrival)
-    if departure is not None:
-        annotations["sim.dra-driver.dev/departure"] = str(departure)
-    container = {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
-    return {
-        "kind": "Pod",
-        "metadata": {"namespace": "ns", "name": name, "annotations": annotations},
-        "spec": {"containers": [container], "resourceClaims": claims or []},
-    }
 
 
 def claim(name: str) -> dict[str, Any]:
