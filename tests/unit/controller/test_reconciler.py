@@ -513,3 +513,209 @@ async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allo
         assert cluster.get_claim("ours")["status"] == status
     finally:
         daemon.stop_watches()
+
+
+def allocation_in_view(daemon: ControllerDaemon, name: str) -> Any:
+    return allocation_of(daemon.view.claims.get(("default", name)))
+
+
+async def give_to_theirs(cluster: Cluster, daemon: ControllerDaemon, allocation: Any) -> None:
+    """Another allocator writes `allocation` (devices we hold) into the claim `theirs`."""
+    cluster.objects.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        "default",
+        "resourceclaims",
+        "theirs",
+        {"status": {"allocation": allocation}},
+    )
+    await eventually(
+        lambda: allocation_in_view(daemon, "theirs") == allocation,
+        what="their allocation in the view",
+    )
+
+
+async def test_a_claim_deleted_outright_while_settling_keeps_the_gate_on(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c")["status"]["allocation"]
+        # Someone strips our finalizer and deletes the claim before the settle time ends.
+        cluster.objects.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            "c",
+            {"metadata": {"finalizers": []}},
+            _content_type="application/merge-patch+json",
+        )
+        cluster.objects.delete_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", "c"
+        )
+        await eventually(lambda: ("default", "c") not in daemon.view.claims, what="deletion")
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        assert conflicts(daemon, "settled") == 1
+        assert cluster.gated("p")  # a pod whose claim is gone must not start
+    finally:
+        daemon.stop_watches()
+
+
+async def collide_after_takeover(
+    cluster: Cluster, daemon: ControllerDaemon, earlier: str, *, clear: str | None = None
+) -> None:
+    """The lead changes hands while a decision settles; meanwhile another allocator gives the
+    devices of our claim `earlier` to the claim `theirs` (and, with `clear`, someone removes
+    the allocation of our claim `clear`). The new term then runs a pass."""
+    allocation = cluster.get_claim(earlier)["status"]["allocation"]
+    daemon.reconciler.step_down()
+    if clear is not None:
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "resourceclaims", clear, {"status": {"allocation": None}}
+        )
+        await eventually(lambda: allocation_in_view(daemon, clear) is None, what="cleared")
+    await give_to_theirs(cluster, daemon, allocation)
+    daemon.reconciler.take_over()
+    await daemon.reconciler.run_pass()
+
+
+async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_allocated_anew(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    # The pod's first claim is allocated again in the new term; its second, allocated in the
+    # last term, now collides: it must still be checked.
+    cluster.create_claim(claim("theirs", kind="mig"))
+    cluster.create_claim(claim("first", kind="mig"))
+    cluster.create_claim(claim("second", kind="mig"))
+    cluster.create_pod(pod("p", ["first", "second"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        await collide_after_takeover(cluster, daemon, "second", clear="first")
+        assert conflicts(daemon, "before-write") == 1
+        assert "allocation" not in cluster.get_claim("second").get("status", {})
+        assert "allocation" not in cluster.get_claim("first").get("status", {})
+        assert cluster.gated("p")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_ours(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    # The pod's first claim was allocated by someone else (no finalizer of ours): it is not
+    # ours to question, but our own earlier claim after it still is.
+    cluster.create_claim(claim("theirs", kind="mig"))
+    cluster.create_claim(claim("shared", kind="mig"))
+    cluster.create_claim(claim("ours", kind="mig"))
+    cluster.create_pod(pod("p", ["shared", "ours"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        cluster.objects.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            "shared",
+            {"metadata": {"finalizers": []}},
+            _content_type="application/merge-patch+json",
+        )
+        await eventually(
+            lambda: not daemon.view.claims[("default", "shared")]["metadata"].get("finalizers"),
+            what="the finalizer gone in the view",
+        )
+        shared = cluster.get_claim("shared")["status"]["allocation"]
+        await collide_after_takeover(cluster, daemon, "ours")
+        assert conflicts(daemon, "before-write") == 1
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert cluster.get_claim("shared")["status"]["allocation"] == shared  # not ours: kept
+        assert cluster.gated("p")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_an_earlier_allocation_that_does_not_collide_is_kept_and_the_gate_lifts(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        allocation = cluster.get_claim("c")["status"]["allocation"]
+        daemon.reconciler.step_down()
+        daemon.reconciler.take_over()
+        await daemon.reconciler.run_pass()
+        assert conflicts(daemon, "before-write") == 0
+        assert cluster.get_claim("c")["status"]["allocation"] == allocation
+        assert cluster.gated("p")  # the new term's decision settles in its turn
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_decision_whose_earlier_allocation_collided_does_not_lift_the_gate_later(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("p", ["ours"]))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        await collide_after_takeover(cluster, daemon, "ours")
+        assert conflicts(daemon, "before-write") == 1
+        # The dropped decision is gone: nothing settles that could lift the gate on a pod whose
+        # claim was just withdrawn. Deciding it again finds no free GPU (theirs holds the only
+        # one), so the pod keeps waiting.
+        assert daemon.reconciler.next_deadline() is None
+        await daemon.reconciler.run_pass()
+        assert cluster.gated("p")
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_node_filled_while_settling_drops_the_decision(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.core.patch_node_status(
+        "node-1", {"status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}}
+    )
+    cluster.create_claim(claim("c"))
+    asking = pod("p", ["c"])
+    asking["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+    cluster.create_pod(asking)
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "p")
+        await eventually(
+            lambda: (
+                (daemon.view.nodes.get(("", "node-1")) or {}).get("status", {}).get("allocatable")
+            ),
+            what="the node's allocatable in the view",
+        )
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c")["status"]["allocation"]
+        # The kube-scheduler binds another pod to the node before the settle time ends.
+        bound = pod("bound", [], gated=False, nodeName="node-1")
+        bound["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "6"}}
+        cluster.create_pod(bound)
+        await known(daemon, "bound")
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        assert conflicts(daemon, "settled") == 1
+        assert cluster.gated("p")
+        assert "allocation" not in cluster.get_claim("c").get("status", {})
+    finally:
+        daemon.stop_watches()
