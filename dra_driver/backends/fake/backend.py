@@ -33,7 +33,7 @@ from dra_driver.backends.errors import (
     NotSupportedError,
     NvmlUnavailableError,
 )
-from dra_driver.backends.fake.faults import check_fault_name, fault_error
+from dra_driver.backends.fake.faults import TORN_DOWN, check_fault_name, fault_error
 from dra_driver.backends.fake.mig import LiveInstance, check_admission
 from dra_driver.backends.fake.spec import FakeGpuSpec, parse_spec
 from dra_driver.backends.fake.state import (
@@ -209,6 +209,9 @@ class FakeBackend:
         with self._store.transaction() as state:
             record = self._record(state, gpu)
             record.compute_instance_fault, injected = _consume(record.compute_instance_fault)
+            torn_down = injected == TORN_DOWN
+            if torn_down:
+                injected = None
             if injected is None:
                 self._check_healthy(gpu, record, operation)
                 self._check_mig_mode(gpu, operation)
@@ -227,6 +230,8 @@ class FakeBackend:
                         FULL_CI_ID, mig_uuid(gpu.uuid, gi_id, FULL_CI_ID, record.creations)
                     )
                 )
+                if torn_down:  # someone else destroys the new MIG device at once
+                    record.instances.remove(instance)
         if injected is not None:
             raise fault_error(injected, _label(gpu), operation)
         return FULL_CI_ID
@@ -374,6 +379,18 @@ class FakeBackend:
                 record.compute_instance_fault = fault
             else:
                 record.gpu_instance_fault = fault
+
+    def tear_down_next_mig_devices(self, minor: int, count: int = 1) -> None:
+        """The next `count` compute instances created on the GPU are made (the call succeeds),
+        then destroyed with their GPU instance by another process before anyone lists them: the
+        race a node agent loses when an admin or another tool reconfigures MIG under it."""
+        if count < 0:
+            raise ValueError(f"count must not be negative, got {count}")
+        gpu = self._gpu(minor, "inject tear-down")
+        with self._store.transaction() as state:
+            self._record(state, gpu).compute_instance_fault = (
+                CreateFault(TORN_DOWN, count) if count else None
+            )
 
     def mark_busy(self, minor: int, gi_id: int) -> None:
         """Pretend processes run on the GPU instance's MIG device (blocks destroying its CI)."""

@@ -25,6 +25,12 @@ FAULT_ERRORS: dict[str, NvmlReturn] = {
 }
 
 
+TORN_DOWN = "TornDown"
+"""Not an NVML error: the compute instance is made and the call succeeds, but another process
+(an admin's `nvidia-smi mig -dci -dgi`, another agent) destroys it and its GPU instance before the
+caller can list it. Injected with `FakeBackend.tear_down_next_mig_devices`."""
+
+
 def check_fault_name(name: str) -> None:
     """Reject a misspelt fault at injection time, not when the fault fires in another process."""
     if name not in FAULT_ERRORS:

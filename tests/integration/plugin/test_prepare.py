@@ -12,6 +12,7 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.cdi import CdiSpecDir, container_environment
+from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi import DRA_V1, DRA_V1BETA1, HEALTH_V1ALPHA1, PLUGIN_TYPE
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
@@ -354,3 +355,31 @@ async def test_concurrent_calls_for_one_claim_prepare_it_once(
         assert (await one.unprepare([ref(api, name, uid)]))[uid] == ""
     assert plugin.backend.gpu_instances(1) == ()
     assert plugin.daemon.preparer._claim_locks == {}
+
+
+async def test_mig_devices_made_on_one_gpu_each_get_their_own_uuid_and_are_recorded(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # Every MIG device of a GPU has compute instance 0: only the GPU instance tells them apart.
+    name, uid = create_claim(
+        api,
+        [result("a", "gpu-0-mig-1g10gb-0", NODE), result("b", "gpu-0-mig-1g10gb-1", NODE)],
+    )
+    backend = plugin.backend
+    async with DraClient(plugin.dra_socket) as dra:
+        outcome = (await dra.prepare([ref(api, name, uid)]))[uid]
+        assert outcome.error == ""
+        live = {d.placement.start: d for d in backend.mig_devices(0)}
+        assert sorted(live) == [0, 1]
+        ids = [i for device in outcome.devices for i in device.cdi_device_ids]
+        env = environment(plugin, ids)
+        assert env["DRA_DEVICE_GPU_0_MIG_1G10GB_0"] == live[0].uuid
+        assert env["DRA_DEVICE_GPU_0_MIG_1G10GB_1"] == live[1].uuid
+        # The checkpoint on disk names exactly the instances made, compute instance included.
+        path = plugin.daemon.config.state_dir / "checkpoint.json"
+        record = decode_checkpoint(path.read_bytes(), str(path)).claims[uid]
+        assert {(i.placement_start, i.gi_id, i.ci_id, i.uuid) for i in record.mig_instances} == {
+            (d.placement.start, d.gi_id, d.ci_id, d.uuid) for d in live.values()
+        }
+        assert (await dra.unprepare([ref(api, name, uid)]))[uid] == ""
+    assert backend.gpu_instances(0) == ()

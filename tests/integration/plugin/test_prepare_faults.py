@@ -8,6 +8,7 @@ with MIG devices has them, so the claim's CDI spec on disk can be checked node b
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -149,3 +150,28 @@ async def test_a_mig_device_gets_its_capability_nodes_and_a_gpu_its_own_node(
                     f"{claim.uid}-gpu-1": ["/dev/nvidia1"],
                 }
                 assert (await dra.unprepare([claim])) == {claim.uid: ""}
+
+
+async def test_a_mig_device_destroyed_by_someone_else_as_it_is_made_fails_the_claim_cleanly(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    claim = allocated(api, result("a", "gpu-0-mig-2g20gb-4", NODE))
+    plugin.backend.tear_down_next_mig_devices(0)
+    gpu = plugin.backend.gpus[0]
+    async with DraClient(plugin.dra_socket) as dra:
+        failed = (await dra.prepare([claim]))[claim.uid]
+        # The claim's message says which GPU, what was being made and what happened to it.
+        assert re.fullmatch(
+            rf"ResourceClaim default/{claim.name}: GPU 0 \({gpu.uuid}\): "
+            r"create MIG device 2g\.20gb at 4: "
+            r"GPU instance \d+ / compute instance \d+ vanished right after creation",
+            failed.error,
+        ), failed.error
+        assert failed.devices == ()
+        assert instances(plugin) == set()
+        assert specs(plugin) == set()
+        assert saved_claims(plugin) == set()
+        retried = (await dra.prepare([claim]))[claim.uid]
+        assert retried.error == ""
+        assert instances(plugin) == {(0, "2g.20gb", 4)}
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}

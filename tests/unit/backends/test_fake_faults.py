@@ -235,3 +235,26 @@ def test_busy_mark_dies_with_its_instance(make_backend: MakeBackend) -> None:
     assert again.gi_id == gi_id
     destroy_mig_device(backend, 0, again.gi_id, again.ci_id)
     assert backend.gpu_instances(0) == ()
+
+
+def test_a_torn_down_mig_device_is_made_then_gone_and_the_fault_counts_down(
+    make_backend: MakeBackend,
+) -> None:
+    backend = make_backend(SPEC)
+    backend.tear_down_next_mig_devices(0, count=2)
+    for start in (0, 1):
+        gi_id = backend.create_gpu_instance(0, "1g.10gb", MigPlacement(start, 1))
+        assert backend.create_compute_instance(0, gi_id) == 0  # the call itself succeeds
+        assert backend.mig_devices(0) == ()
+        assert backend.gpu_instances(0) == ()
+        with pytest.raises(NotFoundError):
+            backend.destroy_gpu_instance(0, gi_id)
+    # Used up: the next MIG device stays; the other GPU was never affected.
+    made = create_mig_device(backend, 0, "1g.10gb", SLICE0)
+    assert [d.uuid for d in backend.mig_devices(0)] == [made.uuid]
+    backend.tear_down_next_mig_devices(1)
+    backend.tear_down_next_mig_devices(1, count=0)  # cancelled
+    create_mig_device(backend, 1, "1g.10gb", SLICE0)
+    assert len(backend.mig_devices(1)) == 1
+    with pytest.raises(ValueError, match="negative"):
+        backend.tear_down_next_mig_devices(0, count=-1)
