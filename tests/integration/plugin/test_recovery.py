@@ -250,6 +250,59 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
         assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
 
 
+def leave_started(root: Path, of: str, **changes: object) -> None:
+    """What a crash between creating a GPU instance and saving it leaves: the claim's record
+    started, without the instance. With `changes` (another uid), the started record is saved
+    beside the one it was copied from."""
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    record = loaded.checkpoint.claims[of]
+    started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=(), **changes)
+    store.save(loaded.checkpoint.with_claim(started))
+
+
+@pytest.mark.parametrize("first", ["whole-gpu", "static-mig"])
+async def test_an_unrecorded_gpu_instance_is_found_behind_the_claims_other_devices(
+    server: ApiServer, api: client.ApiClient, root: Path, first: str
+) -> None:
+    # The claim's first device makes nothing on a GPU (a whole GPU, or a MIG device an
+    # administrator made); its second is an on-demand MIG device, made but not recorded.
+    static = None
+    device = "gpu-1"
+    if first == "static-mig":
+        static = create_mig_device(gpus(root), 1, "3g.40gb", MigPlacement(4, 4))
+        device = f"gpu-1-mig-{static.gi_id}-{static.ci_id}"
+    made = create_claim(
+        api, [result("first", device, NODE), result("mig", "gpu-0-mig-2g20gb-4", NODE)]
+    )
+    async with plugin(server, root) as running:
+        await prepare(running, made)
+    leave_started(root, made[1])
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+        assert running.backend.gpu_instances(0) == ()
+        kept = [d.uuid for d in running.backend.mig_devices(1)]
+        assert kept == ([] if static is None else [static.uuid])
+
+
+async def test_a_half_prepared_claim_leaves_alone_what_another_claim_made_at_its_placement(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    # The device was handed to a second claim while the first still held it (an allocation
+    # gone stale), and the plugin went down while preparing the second, before it made
+    # anything: the MIG device at that placement is the first claim's, and rolling back the
+    # second must not destroy it.
+    owner = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
+    late = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, owner)
+        (owned,) = running.backend.mig_devices(0)
+    leave_started(root, owner[1], uid=late[1], name=late[0])
+    async with plugin(server, root) as running:
+        assert set(running.daemon.preparer.checkpoint.claims) == {owner[1]}
+        assert [d.uuid for d in running.backend.mig_devices(0)] == [owned.uuid]
+
+
 async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
     server: ApiServer,
     api: client.ApiClient,
