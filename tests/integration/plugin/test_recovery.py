@@ -17,7 +17,7 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.mig import create_mig_device
+from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
@@ -88,6 +88,18 @@ async def prepare(running: RunningPlugin, *claims: tuple[str, str]) -> None:
     async with DraClient(running.dra_socket) as dra:
         answer = await dra.prepare([ClaimRef("default", uid, name) for name, uid in claims])
     assert {uid: outcome.error for uid, outcome in answer.items()} == {uid: "" for _, uid in claims}
+
+
+def leave_started(root: Path, of: str, **changes: object) -> None:
+    """What a crash between creating a GPU instance and saving it leaves: the record of claim
+    `of` started, without the instance; `changes` sets other fields (under another uid, the
+    started record is saved beside the one it was copied from)."""
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    record = loaded.checkpoint.claims[of]
+    fields: dict[str, object] = {"mig_instances": ()} | changes
+    started = replace(record, state=ClaimState.PREPARE_STARTED, **fields)  # type: ignore[arg-type]
+    store.save(loaded.checkpoint.with_claim(started))
 
 
 async def test_claims_deleted_while_down_are_unprepared_and_the_rest_put_back(
@@ -231,11 +243,7 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
         await prepare(running, made, other)
     # What a crash between creating the GPU instance and saving it leaves: a started record
     # without the instance. Recovery looks for it at the claim's placement.
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    record = loaded.checkpoint.claims[made[1]]
-    started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=())
-    store.save(loaded.checkpoint.with_claim(started))
+    leave_started(root, made[1])
     # And a MIG device of the same profile that an administrator made, elsewhere on the GPU: no
     # claim owns it, and it is not the claim's either.
     static = create_mig_device(gpus(root), 0, "2g.20gb", MigPlacement(2, 2))
@@ -248,17 +256,6 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
             ("2g.20gb", 2),
         ]
         assert static.uuid in {d.uuid for d in running.backend.mig_devices(0)}
-
-
-def leave_started(root: Path, of: str, **changes: object) -> None:
-    """What a crash between creating a GPU instance and saving it leaves: the claim's record
-    started, without the instance. With `changes` (another uid), the started record is saved
-    beside the one it was copied from."""
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    record = loaded.checkpoint.claims[of]
-    started = replace(record, state=ClaimState.PREPARE_STARTED, mig_instances=(), **changes)
-    store.save(loaded.checkpoint.with_claim(started))
 
 
 @pytest.mark.parametrize("first", ["whole-gpu", "static-mig"])
@@ -301,6 +298,30 @@ async def test_a_half_prepared_claim_leaves_alone_what_another_claim_made_at_its
     async with plugin(server, root) as running:
         assert set(running.daemon.preparer.checkpoint.claims) == {owner[1]}
         assert [d.uuid for d in running.backend.mig_devices(0)] == [owned.uuid]
+
+
+@pytest.mark.parametrize("left", ["compute-instance-unrecorded", "already-destroyed"])
+async def test_a_gpu_instance_recorded_without_its_compute_instance_is_rolled_back(
+    server: ApiServer, api: client.ApiClient, root: Path, left: str
+) -> None:
+    # A crash after the compute instance was made but before it was saved leaves the GPU
+    # instance recorded without it; a second crash, after the next start's rollback destroyed
+    # both but before the record went, leaves that record with nothing live behind it.
+    made = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
+    async with plugin(server, root) as running:
+        await prepare(running, made)
+    loaded = CheckpointStore(checkpoint_path(root)).load(
+        decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id
+    )
+    (instance,) = loaded.checkpoint.claims[made[1]].mig_instances
+    assert instance.ci_id is not None
+    if left == "already-destroyed":
+        destroy_mig_device(gpus(root), 0, instance.gi_id, instance.ci_id)
+    unrecorded = replace(instance, ci_id=None, uuid=None)
+    leave_started(root, made[1], mig_instances=(unrecorded,))
+    async with plugin(server, root) as running:
+        assert running.daemon.preparer.checkpoint.claims == {}
+        assert running.backend.gpu_instances(0) == ()
 
 
 async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
