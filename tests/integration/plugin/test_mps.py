@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.backends.fake.mps_control import process_alive, read_pid
+from dra_driver.backends.fake.mps_control import PID_FILE, process_alive, read_pid
 from dra_driver.cdi import CdiSpecDir, Mount, container_environment
 from dra_driver.kubeletapi.client import DraClient, HealthClient
 from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
@@ -278,3 +278,47 @@ def _slices(api: client.ApiClient) -> list[dict[str, object]]:
     return [
         s for s in items if s["spec"].get("nodeName") == NODE or s["spec"]["pool"]["name"] == NODE
     ]
+
+
+async def test_a_claim_with_shares_of_two_gpus_stops_the_daemon_no_other_claim_needs(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # The daemons are walked in UUID order: the GPU another claim still shares comes first,
+    # and the one only this claim used must be stopped all the same.
+    kept, freed = sorted((0, 1), key=lambda minor: plugin.backend.gpus[minor].uuid)
+    consumed = {"compute": "20", "memory": "2Gi"}
+    name, uid = create_claim(
+        api,
+        [
+            result(
+                f"s{minor}", f"gpu-{minor}-shared", NODE, share_id=f"m{minor}", consumed=consumed
+            )
+            for minor in (0, 1)
+        ],
+    )
+    both = ClaimRef("default", uid, name)
+    other = share(api, kept, "other", "10", "1Gi")
+    for ref in (both, other):
+        await prepare(plugin, ref)
+    uuid = {minor: plugin.backend.gpus[minor].uuid for minor in (0, 1)}
+    pid = {m: daemon_pid(plugin.daemon.config.state_dir / "mps" / uuid[m] / "pipe") for m in uuid}
+    await unprepare(plugin, both)
+    assert process_alive(pid[kept])
+    assert not process_alive(pid[freed])
+    assert set(plugin.daemon.preparer.checkpoint.mps_daemons) == {uuid[kept]}
+    await unprepare(plugin, other)
+    assert not process_alive(pid[kept])
+
+
+async def test_a_daemon_whose_pid_file_is_gone_is_still_stopped_with_its_last_share(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # Something cleaned the pipe directory's pid file (a tmpfs tidy-up, an administrator): the
+    # pid in the checkpoint is what still finds the daemon, which must not outlive its shares.
+    ref = share(api, 0, "a", "25", "4Gi")
+    pipe = pipe_dir_of(plugin, await prepare(plugin, ref))
+    pid = daemon_pid(pipe)
+    (pipe / PID_FILE).unlink()
+    await unprepare(plugin, ref)
+    assert not process_alive(pid)
+    assert plugin.daemon.preparer.checkpoint.mps_daemons == {}
