@@ -272,6 +272,9 @@ class Preparer:
     async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
         existing = self._checkpoint.claims.get(ref.uid)
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
+            # Success is answered only once the disk agrees: when the save that completed the
+            # claim failed, memory is ahead of the file, which a restart would roll back.
+            await self.flush()
             return outcome_of(existing)
         label = claim_label(ref.namespace, ref.name)
         claim = await self._read_claim(ref)
@@ -653,8 +656,11 @@ class Preparer:
             async with self._claim_lock(ref.uid):
                 record = self._checkpoint.claims.get(ref.uid)
                 if record is None:
-                    # Unknown means done; a spec left by a crash before the checkpoint knew
-                    # about the claim is removed all the same.
+                    # Unknown means done once the disk agrees: an earlier unprepare whose
+                    # save failed dropped the record in memory only, and a restart would take
+                    # the record still on disk for a prepared claim. A spec left by a crash
+                    # before the checkpoint knew about the claim is removed all the same.
+                    await self.flush()
                     await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, ref.uid)
                     return ""
                 await self._undo(record)

@@ -8,13 +8,16 @@ with MIG devices has them, so the claim's CDI spec on disk can be checked node b
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from dra_driver.backends.mig import destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient
@@ -25,6 +28,7 @@ from tests.integration.plugin.harness import (
     RunningPlugin,
     create_claim,
     create_node,
+    opaque,
     result,
     running_plugin,
     short_dir,
@@ -47,7 +51,13 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Runn
 
 
 def allocated(api: client.ApiClient, *results: dict[str, object]) -> ClaimRef:
-    name, uid = create_claim(api, list(results))
+    return allocated_with(api, list(results))
+
+
+def allocated_with(
+    api: client.ApiClient, results: list[dict[str, object]], config: Sequence[Any] = ()
+) -> ClaimRef:
+    name, uid = create_claim(api, results, config)
     return ClaimRef("default", uid, name)
 
 
@@ -68,6 +78,24 @@ def instances(plugin: RunningPlugin) -> set[tuple[int, str, int]]:
         for minor in (0, 1)
         for gi in plugin.backend.gpu_instances(minor)
     }
+
+
+@contextlib.contextmanager
+def unusable(state: Path) -> Iterator[None]:
+    """The plugin's state directory cannot be written for a while (as after a read-only
+    remount): a file stands in its place."""
+    aside = state.with_name(state.name + ".aside")
+    existed = state.exists()
+    state.parent.mkdir(parents=True, exist_ok=True)
+    if existed:
+        state.rename(aside)
+    state.write_text("")
+    try:
+        yield
+    finally:
+        state.unlink()
+        if existed:
+            aside.rename(state)
 
 
 @pytest.mark.parametrize("compute_instance", [False, True], ids=["gpu-instance", "compute"])
@@ -174,4 +202,83 @@ async def test_a_mig_device_destroyed_by_someone_else_as_it_is_made_fails_the_cl
         retried = (await dra.prepare([claim]))[claim.uid]
         assert retried.error == ""
         assert instances(plugin) == {(0, "2g.20gb", 4)}
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+
+
+async def test_a_mig_device_an_administrator_destroyed_is_unprepared_without_error(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    claim = allocated(api, result("a", "gpu-1-mig-3g40gb-4", NODE))
+    async with DraClient(plugin.dra_socket) as dra:
+        assert (await dra.prepare([claim]))[claim.uid].error == ""
+        (made,) = plugin.backend.mig_devices(1)
+        destroy_mig_device(plugin.backend, 1, made.gi_id, made.ci_id)
+        # What unprepare would destroy is gone already: that is done, not a failure.
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+    assert saved_claims(plugin) == set()
+    assert specs(plugin) == set()
+
+
+async def test_unprepare_on_a_lost_gpu_fails_with_the_gpus_error_until_it_is_back(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    sliced = {
+        "apiVersion": "resource.dra-driver.dev/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+    }
+    claim = allocated_with(api, [result("ts", "gpu-0-ts-0", NODE)], [opaque(sliced)])
+    gpu = plugin.backend.gpus[0]
+    async with DraClient(plugin.dra_socket) as dra:
+        assert (await dra.prepare([claim]))[claim.uid].error == ""
+        plugin.backend.inject_unhealthy(0, xid=79)
+        # Putting the GPU's time-slice setting back fails: kubelet gets the GPU's own error,
+        # named with the claim, and the claim stays prepared for the retry.
+        failed = (await dra.unprepare([claim]))[claim.uid]
+        assert failed.startswith(
+            f"ResourceClaim default/{claim.name}: GPU 0 ({gpu.uuid}): set time-slice interval"
+        ), failed
+        assert "XID 79" in failed
+        assert saved_claims(plugin) == {claim.uid}
+        plugin.backend.clear_unhealthy(0)
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+    assert saved_claims(plugin) == set()
+
+
+async def test_unprepare_that_cannot_save_the_checkpoint_fails_and_is_retried(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    claim = allocated(api, result("a", "gpu-0-mig-1g10gb-0", NODE))
+    state = plugin.daemon.config.state_dir
+    async with DraClient(plugin.dra_socket) as dra:
+        assert (await dra.prepare([claim]))[claim.uid].error == ""
+        with unusable(state):
+            failed = (await dra.unprepare([claim]))[claim.uid]
+        assert failed.startswith(
+            f"ResourceClaim default/{claim.name}: internal error while unpreparing: "
+            f"checkpoint {state / 'checkpoint.json'}: cannot save"
+        ), failed
+        assert saved_claims(plugin) == {claim.uid}
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+    assert saved_claims(plugin) == set()
+    assert instances(plugin) == set()
+
+
+async def test_prepare_that_cannot_save_the_checkpoint_fails_and_its_retry_saves_it(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # A whole GPU's first save is the one that completes the claim.
+    claim = allocated(api, result("gpu", "gpu-1", NODE))
+    state = plugin.daemon.config.state_dir
+    async with DraClient(plugin.dra_socket) as dra:
+        with unusable(state):
+            failed = (await dra.prepare([claim]))[claim.uid]
+        assert failed.error.startswith(
+            f"ResourceClaim default/{claim.name}: internal error while preparing: "
+            f"checkpoint {state / 'checkpoint.json'}: cannot save"
+        ), failed.error
+        retried = (await dra.prepare([claim]))[claim.uid]
+        assert retried.error == ""
+        # Answered only once it is on disk: a restart must find the claim prepared.
+        assert saved_claims(plugin) == {claim.uid}
         assert (await dra.unprepare([claim])) == {claim.uid: ""}
