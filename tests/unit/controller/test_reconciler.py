@@ -719,3 +719,65 @@ async def test_a_node_filled_while_settling_drops_the_decision(
         assert "allocation" not in cluster.get_claim("c").get("status", {})
     finally:
         daemon.stop_watches()
+
+
+def sample(daemon: ControllerDaemon, name: str) -> float | None:
+    return daemon.controller_metrics.registry.get_sample_value(name)
+
+
+async def test_an_allocated_pod_is_timed_and_no_longer_pending(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    before = time.monotonic()
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("p")
+        # Timed from first seeing the pod to its gate coming off: within this test's span.
+        assert sample(daemon, "dra_controller_allocation_seconds_count") == 1
+        latency = sample(daemon, "dra_controller_allocation_seconds_sum")
+        assert latency is not None and 0 < latency <= time.monotonic() - before
+        assert sample(daemon, "dra_controller_pending_pods") == 0
+    finally:
+        daemon.stop_watches()
+
+
+class _LiftFailsOnce(ControllerApi):
+    """The API server fails the first gate lift with a 500: nothing changed, no event."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.failed: list[str] = []
+
+    def patch_pod(self, pod: Any, spec: Any) -> dict[str, Any]:
+        if not self.failed:
+            self.failed.append(pod["metadata"]["name"])
+            raise client.ApiException(status=500, reason="Internal Server Error")
+        return super().patch_pod(pod, spec)
+
+
+async def test_a_gate_lift_that_fails_is_retried_and_the_other_gang_members_go_on(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    gang = {f"{DRIVER}/gang": "g", f"{DRIVER}/gang-size": "2"}
+    for name in ("a", "b"):
+        cluster.create_claim(claim(f"c-{name}", kind="mig"))
+        cluster.create_pod(pod(name, [f"c-{name}"], labels=gang))
+    daemon = await manual_controller(api, settle_s=0.0)
+    failing = _LiftFailsOnce(daemon.calls)
+    use(daemon, failing)
+    try:
+        await known(daemon, "a", "b")
+        await daemon.reconciler.run_pass()
+        (unlucky,) = failing.failed
+        lucky = ({"a", "b"} - {unlucky}).pop()
+        assert not cluster.gated(lucky)
+        assert cluster.gated(unlucky)
+        # No watch event brings the unlucky pod back: the failed lift queued it again.
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated(unlucky)
+    finally:
+        daemon.stop_watches()
