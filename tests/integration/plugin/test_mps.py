@@ -131,6 +131,7 @@ async def test_shares_of_one_gpu_use_one_daemon_that_goes_with_the_last(
     env, _ = container(plugin, first_ids)
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+    assert env["DRA_DEVICE_GPU_0_SHARED_SHARING"] == "MPS:threads=25%:pinnedMemory=4096Mi"
     pipe = pipe_dir_of(plugin, first_ids)
     uuid = plugin.backend.gpus[0].uuid
     assert pipe == plugin.daemon.config.state_dir / "mps" / uuid / "pipe"
@@ -182,6 +183,7 @@ async def test_mps_config_on_a_whole_gpu_reaches_the_container(
     env, _ = container(plugin, ids)
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["DRA_DEVICE_GPU_1_SHARING"] == "MPS:threads=40%:pinnedMemory=10240Mi"
     pipe = pipe_dir_of(plugin, ids)
     pid = daemon_pid(pipe)
     await unprepare(plugin, ref)
@@ -322,3 +324,19 @@ async def test_a_daemon_whose_pid_file_is_gone_is_still_stopped_with_its_last_sh
     await unprepare(plugin, ref)
     assert not process_alive(pid)
     assert plugin.daemon.preparer.checkpoint.mps_daemons == {}
+
+
+async def test_mps_with_a_thread_limit_only_describes_just_that(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    config = {
+        **GPU_CONFIG,
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30}},
+    }
+    name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], [opaque(config)])
+    ref = ClaimRef("default", uid, name)
+    env, _ = container(plugin, await prepare(plugin, ref))
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
+    assert env["DRA_DEVICE_GPU_0_SHARING"] == "MPS:threads=30%"
+    await unprepare(plugin, ref)
