@@ -34,7 +34,7 @@ CHECKER="tests/unit/allocator/test_checker.py tests/unit/allocator/test_checker_
 tests/unit/allocator/test_checker_messages.py tests/unit/allocator/test_checker_node_selectors.py \
 tests/unit/allocator/test_checker_inputs.py"
 declare -A TESTS=(
-  [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py \
+  [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"

@@ -1,0 +1,227 @@
+"""What prepare makes of a claim's allocation, as kubelet and the container see it: devices it
+cannot find (and those made after it started), a device held by another claim, configs that
+name some requests only, the same shared device twice, and MPS daemons for MIG devices."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver.backends.fake.mps_control import process_alive, read_pid
+from dra_driver.backends.mig import create_mig_device
+from dra_driver.cdi import CdiSpecDir, container_environment
+from dra_driver.inventory.model import MigPlacement
+from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef, PrepareOutcome
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import (
+    DRIVER,
+    RunningPlugin,
+    create_claim,
+    create_node,
+    opaque,
+    result,
+    running_plugin,
+    short_dir,
+)
+
+NODE = "node-rules"
+GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig"}
+MIG_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "MigDeviceConfig"}
+
+
+def sharing(config: dict[str, str], strategy: str, **settings: Any) -> dict[str, Any]:
+    key = "timeSlicingConfig" if strategy == "TimeSlicing" else "mpsConfig"
+    return {**config, "sharing": {"strategy": strategy, key: settings}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+@pytest.fixture
+async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
+    with short_dir() as root:
+        async with running_plugin(server, root, NODE) as running:
+            yield running
+
+
+def claim_of(
+    api: client.ApiClient, results: list[dict[str, Any]], config: Sequence[Any] = ()
+) -> ClaimRef:
+    name, uid = create_claim(api, results, config)
+    return ClaimRef("default", uid, name)
+
+
+async def prepare(plugin: RunningPlugin, ref: ClaimRef) -> PrepareOutcome:
+    async with DraClient(plugin.dra_socket) as dra:
+        return (await dra.prepare([ref]))[ref.uid]
+
+
+async def unprepare(plugin: RunningPlugin, ref: ClaimRef) -> str:
+    async with DraClient(plugin.dra_socket) as dra:
+        return (await dra.unprepare([ref]))[ref.uid]
+
+
+def environment(plugin: RunningPlugin, outcome: PrepareOutcome) -> dict[str, str]:
+    directory = CdiSpecDir(plugin.daemon.config.cdi_root)
+    specs = [directory.read(p) for p in directory.claim_specs(f"{DRIVER}/gpu").values()]
+    return container_environment(specs, [i for d in outcome.devices for i in d.cdi_device_ids])
+
+
+def mps_pid(plugin: RunningPlugin, uuid: str) -> int | None:
+    pid = read_pid(plugin.daemon.config.state_dir / "mps" / uuid / "pipe")
+    return pid if pid is not None and process_alive(pid) else None
+
+
+async def test_a_device_the_node_does_not_have_is_refused_by_name(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    ref = claim_of(api, [result("a", "gpu-0", NODE), result("b", "gpu-7", NODE)])
+    outcome = await prepare(plugin, ref)
+    assert outcome.error.startswith(
+        f"ResourceClaim default/{ref.name}: status.allocation.devices.results[1].device: "
+    ), outcome.error
+    assert "gpu-7" in outcome.error
+    assert outcome.devices == ()
+
+
+async def test_a_mig_device_made_after_the_plugin_started_is_found_on_a_second_look(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    assert (await prepare(plugin, claim_of(api, [result("g", "gpu-0", NODE)]))).error == ""
+    made = create_mig_device(plugin.backend, 1, "3g.40gb", MigPlacement(4, 4))
+    device = f"gpu-1-mig-{made.gi_id}-{made.ci_id}"
+    outcome = await prepare(plugin, claim_of(api, [result("m", device, NODE)]))
+    assert outcome.error == ""
+    assert environment(plugin, outcome)[f"DRA_DEVICE_{device.upper().replace('-', '_')}"] == (
+        made.uuid
+    )
+
+
+async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_one(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    holder = claim_of(api, [result("g", "gpu-1", NODE)])
+    assert (await prepare(plugin, holder)).error == ""
+    share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
+    late = claim_of(api, [share, result("g", "gpu-1", NODE)])
+    outcome = await prepare(plugin, late)
+    assert outcome.error == (
+        f"ResourceClaim default/{late.name}: status.allocation.devices.results[1].device "
+        f"gpu-1 is already prepared for ResourceClaim default/{holder.name} "
+        f"(uid {holder.uid}); it can serve one claim at a time"
+    )
+    # Admin access looks at a device without taking it: it may share a held GPU.
+    watcher = claim_of(api, [result("g", "gpu-1", NODE, admin=True)])
+    assert (await prepare(plugin, watcher)).error == ""
+
+
+async def test_the_same_shared_device_twice_in_a_claim_gets_two_cdi_devices(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    ref = claim_of(
+        api,
+        [
+            result("a", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "20"}),
+            result("b", "gpu-0-shared", NODE, share_id="s2", consumed={"compute": "30"}),
+        ],
+    )
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == ""
+    ids = [d.cdi_device_ids for d in outcome.devices]
+    assert ids == [
+        (f"{DRIVER}/gpu={ref.uid}-gpu-0-shared",),
+        (f"{DRIVER}/gpu={ref.uid}-gpu-0-shared-2",),
+    ]
+    directory = CdiSpecDir(plugin.daemon.config.cdi_root)
+    specs = [directory.read(p) for p in directory.claim_specs(f"{DRIVER}/gpu").values()]
+    percentages = [
+        container_environment(specs, list(i))["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for i in ids
+    ]
+    assert percentages == ["20", "30"]
+    assert await unprepare(plugin, ref) == ""
+
+
+async def test_a_config_naming_one_request_applies_to_its_device_only(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    config = sharing(GPU_CONFIG, "TimeSlicing", interval="Long")
+    ref = claim_of(
+        api,
+        [result("a", "gpu-0", NODE), result("b", "gpu-1", NODE)],
+        [opaque(config, requests=["a"])],
+    )
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == ""
+    env = environment(plugin, outcome)
+    assert env["DRA_DEVICE_GPU_0_SHARING"] == "TimeSlicing:Long"
+    assert "DRA_DEVICE_GPU_1_SHARING" not in env
+    # Time-slicing goes through no MPS daemon, on a whole GPU or on a time-slice share.
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env
+    assert await unprepare(plugin, ref) == ""
+    sliced = claim_of(api, [result("ts", "gpu-0-ts-0", NODE)])
+    env = environment(plugin, await prepare(plugin, sliced))
+    assert env["DRA_DEVICE_GPU_0_TS_0_SHARING"] == "TimeSlicing:Default"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env
+    assert plugin.daemon.mps.running() == {}
+
+
+async def test_a_per_gpu_pinned_memory_limit_is_found_by_uuid_or_by_index(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    by_uuid = {plugin.backend.gpus[0].uuid: "2Gi", "1": "3Gi"}
+    config = sharing(
+        GPU_CONFIG,
+        "MPS",
+        defaultPinnedDeviceMemoryLimit="8Gi",
+        defaultPerDevicePinnedMemoryLimit=by_uuid,
+    )
+    for minor, expected in ((0, "0=2048M"), (1, "0=3072M")):
+        ref = claim_of(api, [result("g", f"gpu-{minor}", NODE)], [opaque(config)])
+        outcome = await prepare(plugin, ref)
+        assert outcome.error == "", outcome.error
+        assert environment(plugin, outcome)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == expected
+        assert await unprepare(plugin, ref) == ""
+
+
+async def test_a_share_asking_for_more_than_all_compute_is_refused_by_field(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    ref = claim_of(
+        api, [result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "150"})]
+    )
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == (
+        f"ResourceClaim default/{ref.name}: status.allocation.devices.results[0]"
+        ".consumedCapacity.compute: 150 is not a percentage 1..100"
+    )
+
+
+@pytest.mark.parametrize("made", ["on-demand", "static"])
+async def test_mps_on_a_mig_device_runs_one_daemon_for_that_device(
+    plugin: RunningPlugin, api: client.ApiClient, made: str
+) -> None:
+    device = "gpu-1-mig-3g40gb-4"
+    if made == "static":
+        mig = create_mig_device(plugin.backend, 1, "3g.40gb", MigPlacement(4, 4))
+        device = f"gpu-1-mig-{mig.gi_id}-{mig.ci_id}"
+    config = sharing(MIG_CONFIG, "MPS", defaultActiveThreadPercentage=50)
+    ref = claim_of(api, [result("m", device, NODE)], [opaque(config)])
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == "", outcome.error
+    (live,) = plugin.backend.mig_devices(1)
+    # The daemon serves the MIG device, known by its own UUID, not its parent GPU.
+    assert set(plugin.daemon.mps.running()) == {live.uuid}
+    pid = mps_pid(plugin, live.uuid)
+    assert pid is not None
+    env = environment(plugin, outcome)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert await unprepare(plugin, ref) == ""
+    assert not process_alive(pid)
+    assert plugin.daemon.mps.running() == {}
