@@ -89,6 +89,8 @@ def pipe_dir_of(plugin: RunningPlugin, ids: list[str]) -> Path:
     mount of exactly the path the environment names."""
     env, mounts = container(plugin, ids)
     (mount,) = [m for m in mounts if m.container_path == env["CUDA_MPS_PIPE_DIRECTORY"]]
+    # Writable (clients talk to the daemon through it), and nothing to run or open as a device.
+    assert mount.options == ("rw", "nosuid", "nodev", "bind")
     return Path(mount.host_path)
 
 

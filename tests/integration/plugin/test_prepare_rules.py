@@ -225,3 +225,22 @@ async def test_mps_on_a_mig_device_runs_one_daemon_for_that_device(
     assert await unprepare(plugin, ref) == ""
     assert not process_alive(pid)
     assert plugin.daemon.mps.running() == {}
+
+
+async def test_a_claim_prepared_again_after_its_removal_was_saved_by_another_claim(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # A whole GPU's unprepare drops its record in memory only; the next save (here another
+    # claim's MIG device) writes the removal, and the claim then prepares as a new one.
+    whole = claim_of(api, [result("g", "gpu-0", NODE)])
+    assert (await prepare(plugin, whole)).error == ""
+    assert await unprepare(plugin, whole) == ""
+    mig = claim_of(api, [result("m", "gpu-1-mig-1g10gb-0", NODE)])
+    assert (await prepare(plugin, mig)).error == ""
+    again = await prepare(plugin, whole)
+    assert again.error == ""
+    other = claim_of(api, [result("g", "gpu-0-ts-1", NODE)])
+    assert (await prepare(plugin, other)).error == ""
+    assert await unprepare(plugin, other) == ""
+    for ref in (whole, mig):
+        assert await unprepare(plugin, ref) == ""
