@@ -239,6 +239,24 @@ async def test_only_claims_that_change_a_gpu_save_prepare_started(
     await plugin.stop()
 
 
+async def test_a_claim_of_a_mig_device_alone_is_saved_before_its_gpu_instance_is_made(
+    plugin: PluginProcess, api: client.ApiClient
+) -> None:
+    # No time-slice device beside it: the MIG device alone must make the claim save
+    # PrepareStarted, or a crash right after the GPU instance is made leaves it to no one.
+    claim = allocated(api, result("mig", "gpu-0-mig-2g20gb-2", NODE))
+    await plugin.start(crash_at=faults.PREPARE_GPU_INSTANCE_UNRECORDED)
+    with pytest.raises(grpc.aio.AioRpcError):
+        async with DraClient(plugin.dra_socket) as dra:
+            await dra.prepare([claim])
+    await plugin.killed()
+    assert saved_claims(plugin) == {claim.uid: ClaimState.PREPARE_STARTED}
+    await plugin.start()
+    assert instances(plugin) == set()
+    assert saved_claims(plugin) == {}
+    await plugin.stop()
+
+
 @pytest.mark.parametrize("step", [faults.PREPARE_CDI_WRITTEN, faults.PREPARE_COMPLETED])
 async def test_crash_while_preparing_a_whole_gpu(
     plugin: PluginProcess, api: client.ApiClient, step: str
