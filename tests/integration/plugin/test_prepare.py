@@ -107,9 +107,10 @@ async def test_on_demand_mig_is_created_at_the_placement_and_destroyed(
         (mig,) = backend.mig_devices(0)
         env = environment(plugin, list(outcome.devices[0].cdi_device_ids))
         assert env["DRA_DEVICE_GPU_0_MIG_2G20GB_4"] == mig.uuid
-        # A repeated call answers the same and creates nothing new.
+        # A repeated call answers the same and touches nothing: the same MIG device, not a
+        # new one made in its place under a running container.
         assert (await dra.prepare([ref(api, name, uid)]))[uid] == outcome
-        assert len(backend.gpu_instances(0)) == 1
+        assert backend.mig_devices(0) == (mig,)
         assert plugin.daemon.preparer.dynamic_instances() == {(0, instance.gi_id)}
         assert (await dra.unprepare([ref(api, name, uid)]))[uid] == ""
     assert backend.gpu_instances(0) == ()
@@ -237,7 +238,8 @@ async def test_missing_claim_is_refused_and_unknown_unprepare_succeeds(
 ) -> None:
     async with DraClient(plugin.dra_socket) as dra:
         missing = ClaimRef("default", "0000-uid", "nowhere")
-        assert "not found" in (await dra.prepare([missing]))["0000-uid"].error
+        error = (await dra.prepare([missing]))["0000-uid"].error
+        assert error == "ResourceClaim default/nowhere: not found in the API server"
         assert (await dra.unprepare([missing])) == {"0000-uid": ""}
 
 
