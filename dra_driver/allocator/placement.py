@@ -254,6 +254,15 @@ class Placer:
         self._ranked_names: list[str] = []
         """Scored mode: the placer's nodes as (-load, name), kept sorted as loads change, so
         ranking them for a pod is a copy rather than a sort."""
+        self._moves: list[int] = []
+        """Scored mode: for each move of a node within `_ranked`, the lower of its old and new
+        rank; only ranks from there on shifted. Cleared when long, which `_moves_epoch` records."""
+        self._moves_epoch = 0
+        self._ranked_cursor: dict[str, tuple[Usage, int, int, int, int, int]] = {}
+        """Scored mode, over the placer's own ranked nodes: signature → (usage, changes epoch,
+        changes seen, moves epoch, moves seen, n) where the first n ranked nodes were all known
+        not to fit. The busiest nodes are full and rank first; without this every pod would walk
+        past them one by one."""
         self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
         self._fits = {}
         """Scored mode: (signature, node) → the solution found at that node's usage version.
@@ -290,11 +299,13 @@ class Placer:
         """Search the nodes as `place` does, recording nothing: the nodes that fit, what they
         were compared by, and the winner (`explain` shows this)."""
         signature = "|".join(p.signature for p in plans)
+        ranked_cursor = False
         if self.mode is AllocationMode.FIRST_FIT:
             order = list(candidates)
         elif not prefer and candidates is self.nodes and len(self._position) == len(self.nodes):
             self._ranking()
             order = list(self._ranked_names)
+            ranked_cursor = True
         else:
             order = sorted(
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
@@ -305,6 +316,10 @@ class Placer:
         if cursor:
             start = self._known_unfit(signature)
             comparison.looked_at = start
+        elif ranked_cursor:
+            start = self._known_unfit_ranked(signature)
+            comparison.looked_at = start
+        first_fitting: int | None = None
         reached = len(order)
         # Usage does not change while nodes are compared: read the versions directly.
         versions = self.usage.node_versions
@@ -327,6 +342,8 @@ class Placer:
                 break
             key = (result.node not in prefer, *self._node_key(result))
             comparison.fitting.append(Compared(result, key))
+            if first_fitting is None:
+                first_fitting = index
             if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
         if cursor:
@@ -336,6 +353,16 @@ class Placer:
                 usage.changes_epoch,
                 len(usage.changes),
                 reached,
+            )
+        elif ranked_cursor:
+            usage = self.usage
+            self._ranked_cursor[signature] = (
+                usage,
+                usage.changes_epoch,
+                len(usage.changes),
+                self._moves_epoch,
+                len(self._moves),
+                len(order) if first_fitting is None else first_fitting,
             )
         return comparison
 
@@ -355,6 +382,30 @@ class Placer:
             if index is None:  # "*", or a node the placer does not know: start over
                 return 0
             known = min(known, index)
+        return known
+
+    def _known_unfit_ranked(self, signature: str) -> int:
+        """`_known_unfit` over the ranked nodes: the known prefix ends at the rank of any node
+        that changed since (a node's rank is stable unless it or one ranked before it moved)
+        and at the lowest rank any move touched."""
+        found = self._ranked_cursor.get(signature)
+        usage = self.usage
+        if found is None:
+            return 0
+        owner, epoch, seen, moves_epoch, moves_seen, known = found
+        if owner is not usage or epoch != usage.changes_epoch or seen > len(usage.changes):
+            return 0
+        if moves_epoch != self._moves_epoch or moves_seen > len(self._moves):
+            return 0
+        for rank in self._moves[moves_seen:]:
+            known = min(known, rank)
+        ranked = self._ranked
+        assert ranked is not None
+        load = self.node_load
+        for name in usage.changes[seen:]:
+            if name not in self._position:  # "*", or a node the placer does not know
+                return 0
+            known = min(known, bisect.bisect_left(ranked, (-load.get(name, 0), name)))
         return known
 
     def _search(
@@ -402,6 +453,10 @@ class Placer:
         new = bisect.bisect_left(ranked, entry)
         ranked.insert(new, entry)
         self._ranked_names.insert(new, node)
+        if len(self._moves) >= 4096:
+            self._moves.clear()
+            self._moves_epoch += 1
+        self._moves.append(min(old, new))
 
     def record(self, allocation: Mapping[str, Any], node: str) -> None:
         self.usage.record(self.snapshot, allocation)

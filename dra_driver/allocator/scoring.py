@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.errors import AllocationError
@@ -118,10 +118,6 @@ class FragmentationModel:
         # candidates asks for the same GPU's room dozens of times between two picks.
         self._rooms: dict[tuple[int, int], tuple[float, ...]] = {}
         self._rooms_at: tuple[int, int] = (0, -1)
-        self._free: dict[tuple[int, int], tuple[float, ...]] = {}
-        """Room per neighbourhood under `usage` alone (`_free_of`), which a search never
-        changes."""
-        self._free_of: Usage | None = None
 
     def _weight(self, device: Device) -> float:
         totals = self.snapshot.pools[device.pool_index].counter_totals
@@ -202,24 +198,37 @@ class FragmentationModel:
         """Weight of mates that fit now and would not fit once `device` is taken."""
         if not device.consumes or state.usage.in_use(device) or device.id in state.picked:
             return 0.0
-        hood = self.neighbourhood(device)
         pool = device.pool_index
+        if not state.counter_delta:
+            # Nothing picked draws on counters: the loss is the one under `usage` alone, kept
+            # with the usage until the pool's counters change (Usage.derived), so every search
+            # on the node, and the next ones until a pick lands in this pool, share it.
+            derived = state.usage.derived.get(pool)
+            if derived is None:
+                derived = state.usage.derived[pool] = {}
+            found = derived.get(device.id)
+            if found is None:
+                found = derived[device.id] = self._loss(state, device, pool, derived)
+            return cast(float, found)
+        return self._loss(state, device, pool, None)
+
+    def _loss(
+        self, state: SearchState, device: Device, pool: int, free: dict[object, Any] | None
+    ) -> float:
+        """`loss` worked out; `free` is the pool's `Usage.derived` when nothing is picked."""
+        hood = self.neighbourhood(device)
         at = (id(state), state.version)
         if at != self._rooms_at:
             self._rooms.clear()
             self._rooms_at = at
-            if state.usage is not self._free_of:
-                self._free.clear()
-                self._free_of = state.usage
         # The counters tuple lives as long as the snapshot's neighbourhoods: its id is stable.
         room_key = (pool, id(hood.counters))
         room = self._rooms.get(room_key)
         if room is None:
-            delta = state.counter_delta
-            if not delta:
-                # Room left by `usage` alone: the same for every state of this search.
-                room = self._free.get(room_key)
+            if free is not None:
+                room = free.get(room_key)
             if room is None:
+                delta = state.counter_delta
                 totals = self.snapshot.pools[pool].counter_totals
                 used = state.usage.counters.get(pool)
                 room = tuple(
@@ -228,8 +237,8 @@ class FragmentationModel:
                     )
                     for c in hood.counters
                 )
-                if not delta:
-                    self._free[room_key] = room
+                if free is not None:
+                    free[room_key] = room
             self._rooms[room_key] = room
         key = (hood.shape, room)
         found = self._losses.get(key)

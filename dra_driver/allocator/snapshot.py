@@ -346,6 +346,9 @@ class ClusterSnapshot:
         self.pool_templates: dict[int, int] = {}
         self.pool_shapes: dict[object, int] = {}
         self.counter_groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.claim_plans: dict[str, Any] = {}
+        """Claim signature → what planning its spec gave (claims.py); the spec and this
+        snapshot's classes are all a plan depends on besides the claim's name."""
         self.devices: list[Device] = [d for p in pools for d in p.devices]
         self._views: dict[str, NodeView] = {}
         self._ordered_pools: list[Pool] | None = None

@@ -34,6 +34,11 @@ class Usage:
         a placer can tell which nodes changed since it last looked. Cleared when long, which
         `changes_epoch` records."""
         self.changes_epoch = 0
+        self.derived: dict[int, dict[object, Any]] = {}
+        """Pool → what scoring derived from the pool's counters under this usage alone (free
+        room per counter group, loss per device). Dropped for a pool whenever its counters
+        change (`_consume_counters`, the only place they do), so it is never stale; it saves
+        working the same figures out again for every node search that ranks the pool's devices."""
 
     @classmethod
     def from_claims(cls, snapshot: ClusterSnapshot, claims: Iterable[Mapping[str, Any]]) -> Usage:
@@ -111,6 +116,7 @@ class Usage:
             used = self.counters[pool.index] = [0] * len(pool.counter_totals)
         for counter, amount in device.consumes:
             used[counter] += sign * amount
+        self.derived.pop(pool.index, None)
         if any(u > total for u, total in zip(used, pool.counter_totals, strict=True)):
             self.over_committed.add(pool.index)
         else:

@@ -6,12 +6,14 @@ by load, and the snapshot's compact devices are each compared with the plain com
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
 import pytest
 
 from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage
+from dra_driver.allocator.claims import plan_claim
 from dra_driver.allocator.errors import InputError
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.projection import device_entries
@@ -27,13 +29,16 @@ def _snapshot(nodes: int = 4) -> ClusterSnapshot:
 
 def _run(placer: Placer, seed: int, count: int, plain: bool) -> list[Any]:
     """Place and release claims at random; with `plain`, on a copy of the node list each time
-    and with the placer's solution cache emptied, so no cache is used."""
+    (no cursor, no kept ranking) and with the placer's solutions, the usage's derived figures
+    and the snapshot's claim plans emptied, so no cache is used."""
     rng = random.Random(seed)
     live: list[tuple[dict[str, Any], str]] = []
     out: list[Any] = []
     for claim in claim_mix(count, seed=seed, mix=EXTENDED_MIX):
         if plain:
             placer._fits.clear()
+            placer.usage.derived.clear()
+            placer.snapshot.claim_plans.clear()
             placement = placer.place([claim], nodes=list(placer.nodes))
         else:
             placement = placer.place([claim])
@@ -107,3 +112,18 @@ def test_compact_devices_read_like_their_json() -> None:
     assert device.attribute(f"{DRV}/numa") == ("int", 3)  # the later, qualified entry wins
     assert device.capacity[f"{DRV}/memory"].value == 8 * 2**30
     assert _device({"name": "e", "attributes": {}}).attributes == {}
+
+
+def test_a_claim_changed_after_planning_does_not_change_the_kept_plan() -> None:
+    snapshot = _snapshot(1)
+    claim = next(iter(claim_mix(1, seed=3, mix=EXTENDED_MIX)))
+    request = claim["spec"]["devices"]["requests"][0]
+    body = request.get("exactly") or request["firstAvailable"][0]
+    body["tolerations"] = [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]
+    original = copy.deepcopy(claim)
+    first = plan_claim(snapshot, claim)
+    body["tolerations"][0]["key"] = "changed"  # the caller's object, after planning
+    again = plan_claim(snapshot, original)
+    assert again.requests is first.requests  # the same spec: the kept plan
+    assert again.requests[0].alternatives[0].tolerations[0].key == "k"
+    assert plan_claim(snapshot, claim).requests[0].alternatives[0].tolerations[0].key == "changed"
