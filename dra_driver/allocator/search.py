@@ -91,7 +91,10 @@ class CandidateIndex:
             return found
         evaluator = self.snapshot.evaluator
         if request_part:
-            found = evaluator.filter(request_part, self.for_chain(view, class_part))
+            base = self.for_chain(view, class_part)
+            found = evaluator.filter_list(
+                request_part, base, (view.name, key[1][: len(class_part)])
+            )
         else:
             found = evaluator.filter(class_part, ((device, True) for device in view.devices))
         self._lists[key] = found

@@ -18,6 +18,7 @@ from dra_driver.allocator.errors import InputError
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.projection import device_entries
 from dra_driver.allocator.scoring import ScoringPolicy
+from dra_driver.allocator.search import CandidateIndex
 from tests.bench.cluster import (
     EXTENDED_MIX,
     MIX,
@@ -27,7 +28,7 @@ from tests.bench.cluster import (
     mig,
     whole_gpus,
 )
-from tests.unit.allocator.objects import DRV, GPU_CLASS, dev, slice_
+from tests.unit.allocator.objects import DRV, GPU_CLASS, dev, device_class, slice_
 
 
 def _snapshot(nodes: int = 4) -> ClusterSnapshot:
@@ -214,3 +215,30 @@ def test_a_claim_changed_after_planning_does_not_change_the_kept_plan() -> None:
     assert again.requests is first.requests  # the same spec: the kept plan
     assert again.requests[0].alternatives[0].tolerations[0].key == "k"
     assert plan_claim(snapshot, claim).requests[0].alternatives[0].tolerations[0].key == "changed"
+
+
+def test_request_selectors_filter_each_node_list_as_device_by_device() -> None:
+    """Request selectors reuse a node list's numbered projections (`filter_list`): nodes whose
+    devices differ in order and values, a selector that sees more than names, a chain of two
+    and one that fails at runtime must come out as `filter` has them."""
+    gpu_class = device_class("gpu", f'device.driver == "{DRV}"')
+    slices = [
+        slice_("a", [dev("a0", numa=0), dev("a1", numa=1), dev("a2", "mig", 1)], node="node-a"),
+        slice_("b", [dev("b0", "mig", 1), dev("b1", numa=1), dev("b2", numa=3)], node="node-b"),
+    ]
+    snapshot = ClusterSnapshot.build(slices, [gpu_class])
+    index = CandidateIndex(snapshot)
+    class_part = tuple(snapshot.cel.compile(e) for e in snapshot.classes["gpu"].selectors)
+    chains = [
+        (f'device.attributes["{DRV}"].numa == 1',),
+        (f'device.attributes["{DRV}"].type == "gpu"', f'device.attributes["{DRV}"].numa > 0'),
+        ("device.attributes.size() > 0",),
+        (f'device.attributes["{DRV}"].numa / 0 == 1',),
+    ]
+    for node in ("node-a", "node-b", "node-a"):
+        view = snapshot.view(node)
+        base = index.for_chain(view, class_part)
+        for chain in chains:
+            compiled = tuple(snapshot.cel.compile(e) for e in chain)
+            listed = index.for_chain(view, class_part, compiled)
+            assert listed == snapshot.evaluator.filter(compiled, base)
