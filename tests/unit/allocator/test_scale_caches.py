@@ -231,6 +231,8 @@ def test_request_selectors_filter_each_node_list_as_device_by_device() -> None:
     class_part = tuple(snapshot.cel.compile(e) for e in snapshot.classes["gpu"].selectors)
     chains = [
         (f'device.attributes["{DRV}"].numa == 1',),
+        (f'device.attributes["{DRV}"].type == "mig"',),
+        (f'device.attributes["{DRV}"].type == "gpu"',),
         (f'device.attributes["{DRV}"].type == "gpu"', f'device.attributes["{DRV}"].numa > 0'),
         ("device.attributes.size() > 0",),
         (f'device.attributes["{DRV}"].numa / 0 == 1',),
