@@ -244,7 +244,9 @@ class Placer:
         self.policy = policy or ScoringPolicy()
         self.nodes = list(nodes) if nodes is not None else snapshot.node_names()
         self.explain_failures = explain_failures
-        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._unfit: dict[str, tuple[int, dict[str, int]]] = {}
+        """Signature → (usage's "*" version, node → the node's usage version) at which the
+        claims did not fit there: one look-up per node passed, for the hundreds a pod passes."""
         self._cursor: dict[str, tuple[Usage, int, int, int]] = {}
         """First-fit over the placer's own nodes: signature → (usage, changes epoch, changes
         seen, n) where the first n nodes were all known not to fit. Nodes that changed since
@@ -315,26 +317,27 @@ class Placer:
         cursor = self.mode is AllocationMode.FIRST_FIT and candidates is self.nodes
         if cursor:
             start = self._known_unfit(signature)
-            comparison.looked_at = start
         elif ranked_cursor:
             start = self._known_unfit_ranked(signature)
-            comparison.looked_at = start
         first_fitting: int | None = None
         reached = len(order)
         # Usage does not change while nodes are compared: read the versions directly.
         versions = self.usage.node_versions
         everywhere = versions["*"]
-        unfit = self._unfit
+        found = self._unfit.get(signature)
+        if found is None or found[0] != everywhere:
+            found = self._unfit[signature] = (everywhere, {})
+        unfit = found[1]
+        index = start - 1
         for index in range(start, len(order)):
             node = order[index]
-            comparison.looked_at += 1
-            version = (versions[node], everywhere)
-            if unfit.get((signature, node)) == version:
+            if unfit.get(node) == versions[node]:
                 continue
             comparison.searched += 1
+            version = (versions[node], everywhere)
             result = self._search(plans, signature, node, version)
             if result.allocations is None:
-                self._unfit[(signature, node)] = version
+                unfit[node] = version[0]
                 continue
             if self.mode is AllocationMode.FIRST_FIT:
                 comparison.fitting.append(Compared(result, ()))
@@ -346,6 +349,7 @@ class Placer:
                 first_fitting = index
             if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
+        comparison.looked_at = index + 1
         if cursor:
             usage = self.usage
             self._cursor[signature] = (

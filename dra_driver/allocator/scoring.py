@@ -79,12 +79,34 @@ def _topology_value(device: Device, name: str) -> object | None:
     return found
 
 
-def topology_spread(picks: Sequence[Pick], policy: ScoringPolicy) -> tuple[int, ...]:
+def topology_values(
+    snapshot: ClusterSnapshot, device: Device, names: tuple[str, ...]
+) -> tuple[object | None, ...]:
+    """The device's value of each topology attribute (None: none), kept with the snapshot:
+    the search compares them for every pair of candidate and pick."""
+    per_device = snapshot.topology_values.get(names)
+    if per_device is None:
+        per_device = snapshot.topology_values[names] = {}
+    found = per_device.get(device.id)
+    if found is None:
+        found = per_device[device.id] = tuple(_topology_value(device, n) for n in names)
+    return found
+
+
+def topology_spread(
+    picks: Sequence[Pick], policy: ScoringPolicy, snapshot: ClusterSnapshot | None = None
+) -> tuple[int, ...]:
+    names = policy.topology_attributes
+    if len(picks) < 2:  # one group or none: nothing spreads
+        return (0,) * len(names)
     spread: list[int] = []
-    for name in policy.topology_attributes:
+    for i, name in enumerate(names):
         groups: set[object] = set()
         for pick in picks:
-            value = _topology_value(pick.device, name)
+            if snapshot is not None:
+                value = topology_values(snapshot, pick.device, names)[i]
+            else:
+                value = _topology_value(pick.device, name)
             groups.add(value if value is not None else ("alone", pick.device.id))
         spread.append(max(len(groups) - 1, 0))
     return tuple(spread)
@@ -315,6 +337,7 @@ class ScoredSearch:
         prefer = self.prefer
         loss_of = self.model.loss
         limit = self.policy.max_candidates_per_slot
+        snapshot = state.snapshot
         for position, (device, verdict) in enumerate(candidates):
             if verdict is not True or state.skipped_before_selectors(
                 claim, alt, device, slot_picks
@@ -326,14 +349,11 @@ class ScoredSearch:
             left = 1.0 if pick.share is None else _share_left(state.usage, device, pick.share)
             mismatch = alone
             if state.picks:
+                mine = topology_values(snapshot, device, topology)
+                theirs = [topology_values(snapshot, p.device, topology) for p in state.picks]
                 mismatch = tuple(
-                    sum(
-                        1
-                        for p in state.picks
-                        if (v := _topology_value(p.device, name)) is None
-                        or v != _topology_value(device, name)
-                    )
-                    for name in topology
+                    sum(1 for t in theirs if (v := t[i]) is None or v != value)
+                    for i, value in enumerate(mine)
                 )
             steer = int(bool(prefer) and device.id not in prefer)
             ranked.append((mismatch, steer, loss_of(state, device), left, position, device))
@@ -413,7 +433,7 @@ def score_of(
     positions = tuple(state.view.position[p.device.id] for p in picks)
     return SolutionScore(
         preference=preference,
-        topology=topology_spread(picks, policy),
+        topology=topology_spread(picks, policy, state.snapshot),
         steer=sum(1 for p in picks if p.device.id not in prefer) if prefer else 0,
         loss=round(sum(p.loss for p in picks), 9),
         positions=positions,

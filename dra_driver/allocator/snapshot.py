@@ -361,6 +361,8 @@ class ClusterSnapshot:
         self.pool_templates: dict[int, int] = {}
         self.pool_shapes: dict[object, int] = {}
         self.counter_groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.topology_values: dict[tuple[str, ...], dict[int, tuple[object | None, ...]]] = {}
+        """Topology attribute names → device → its values (scoring.py)."""
         self.claim_plans: dict[str, Any] = {}
         """Claim signature → what planning its spec gave (claims.py); the spec and this
         snapshot's classes are all a plan depends on besides the claim's name."""

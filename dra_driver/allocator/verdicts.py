@@ -239,7 +239,7 @@ class SelectorEvaluator:
         selectors on the same attribute share it."""
         idents = self._idents.get(list_key)
         if idents is None:
-            layouts = {id(d.projection_idents): d.projection_idents for d, _ in devices}
+            layouts = {id(i): i for i in (d.projection_idents for d, _ in devices)}
             idents = self._idents[list_key] = frozenset().union(*layouts.values())
         names = names & idents
         found = self._numbers.get((list_key, names))

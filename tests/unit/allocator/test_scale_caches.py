@@ -104,8 +104,12 @@ def _check_known_prefixes(placer: Placer) -> None:
     versions = placer.usage.node_versions
     for signature in placer._ranked_cursor:
         known = placer._known_unfit_ranked(signature)
+        if not known:
+            continue
+        everywhere, unfit = placer._unfit[signature]
+        assert everywhere == versions["*"]
         for node in placer._ranked_names[:known]:
-            assert placer._unfit.get((signature, node)) == (versions[node], versions["*"])
+            assert unfit.get(node) == versions[node]
 
 
 @pytest.mark.parametrize("fitting", [1, 2, 4])
