@@ -223,11 +223,10 @@ class FragmentationModel:
         pool = device.pool_index
         if not state.counter_delta:
             # Nothing picked draws on counters: the loss is the one under `usage` alone, kept
-            # with the usage until the pool's counters change (Usage.derived), so every search
-            # on the node, and the next ones until a pick lands in this pool, share it.
-            derived = state.usage.derived.get(pool)
-            if derived is None:
-                derived = state.usage.derived[pool] = {}
+            # with the usage until a counter of the neighbourhood changes (Usage.derived), so
+            # every search on the node, and the next ones until a pick lands on this GPU,
+            # share it.
+            derived = state.usage.derived_for(pool, self.neighbourhood(device).counters)
             found = derived.get(device.id)
             if found is None:
                 found = derived[device.id] = self._loss(state, device, pool, derived)
@@ -237,7 +236,8 @@ class FragmentationModel:
     def _loss(
         self, state: SearchState, device: Device, pool: int, free: dict[object, Any] | None
     ) -> float:
-        """`loss` worked out; `free` is the pool's `Usage.derived` when nothing is picked."""
+        """`loss` worked out; `free` is the neighbourhood's `Usage.derived_for` when nothing is
+        picked."""
         hood = self.neighbourhood(device)
         at = (id(state), state.version)
         if at != self._rooms_at:
@@ -327,9 +327,13 @@ class ScoredSearch:
                 self._slot(claim, request, alt, 0, [])
             self.choices.pop()
 
-    def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Device]:
+    def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Pick]:
+        """The best `branching` picks for the slot, checked and with their loss noted.
+
+        Each is taken in a state equal to this one (the picks before it are undone exactly),
+        so its checks and loss would come out the same: `_slot` applies it as it is."""
         state = self.state
-        ranked: list[tuple[tuple[int, ...], int, float, float, int, Device]] = []
+        ranked: list[tuple[tuple[int, ...], int, float, float, int, Pick]] = []
         candidates = state.index.candidates(state.view, alt)
         topology = self.policy.topology_attributes
         # With nothing picked yet, no candidate mismatches anything: skip the look-ups.
@@ -356,7 +360,8 @@ class ScoredSearch:
                     for i, value in enumerate(mine)
                 )
             steer = int(bool(prefer) and device.id not in prefer)
-            ranked.append((mismatch, steer, loss_of(state, device), left, position, device))
+            pick.loss = loss_of(state, device)
+            ranked.append((mismatch, steer, pick.loss, left, position, pick))
             if len(ranked) >= limit:
                 break
         ranked.sort(key=lambda r: r[:5])
@@ -369,12 +374,14 @@ class ScoredSearch:
             self._request(claim, request + 1)
             return
         state = self.state
-        for device in self._ranked(claim, alt, slot_picks):
+        for pick in self._ranked(claim, alt, slot_picks):
             if self._done():
                 return
-            pick = self._pick(claim, alt, device)
-            if pick is None:
-                continue
+            # What `try_pick` would count for checking it again.
+            state.steps += 1
+            if state.steps > state.max_steps:
+                raise SearchBudgetError
+            state.apply(pick)
             slot_picks.append(pick)
             self._slot(claim, request, alt, slot + 1, slot_picks)
             slot_picks.pop()

@@ -47,7 +47,7 @@ def _run(placer: Placer, seed: int, count: int, plain: bool) -> list[Any]:
     for claim in claim_mix(count, seed=seed, mix=EXTENDED_MIX):
         if plain:
             placer._fits.clear()
-            placer.usage.derived.clear()
+            placer.usage.forget_derived()
             placer.snapshot.claim_plans.clear()
             placement = placer.place([claim], nodes=list(placer.nodes))
         else:
@@ -82,7 +82,7 @@ def _run_ranked(placer: Placer, other: Placer, seed: int, count: int, plain: boo
         by = other if rng.random() < 0.15 else placer
         if plain:
             placer._fits.clear()
-            placer.usage.derived.clear()
+            placer.usage.forget_derived()
         placement = by.place([claim], nodes=list(by.nodes) if plain else None)
         out.append((by is other, placement.node, placement.allocations))
         if placement.allocations is not None and placement.node is not None:
