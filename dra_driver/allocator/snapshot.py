@@ -92,8 +92,6 @@ class _Layout:
     """Fully qualified name → position (the last entry wins, as in a dict built in order)."""
     relevant: dict[frozenset[str], tuple[int, ...]] = field(default_factory=dict)
     """Projection names → positions of the entries whose id they name."""
-    idents: frozenset[str] | None = None
-    """The ids of the entries (the same for every section with this layout), once asked."""
 
     def positions(self, names: frozenset[str], items: tuple[_Item, ...]) -> tuple[int, ...]:
         found = self.relevant.get(names)
@@ -219,19 +217,6 @@ class Device:
         """Attributes and capacities as text (projection.py's form, for tools and tests)."""
         sections = {name: self._raw_section(name) for name in ("attributes", "capacity")}
         return device_entries(sections)
-
-    @property
-    def projection_idents(self) -> frozenset[str]:
-        """Every entry id `projection_key` could select: names outside it select nothing, so
-        a selector's names can be cut down to these without changing any key."""
-        found: frozenset[str] = frozenset()
-        for section in (self._attrs, self._caps):
-            if section is not None:
-                layout = section.layout
-                if layout.idents is None:
-                    layout.idents = frozenset(item.ident for item in section.items)
-                found = found | layout.idents if found else layout.idents
-        return found
 
     def projection_key(self, names: frozenset[str] | None) -> tuple[object, ...] | None:
         """What a selector naming only `names` can see of this device; None when it may see
@@ -428,6 +413,11 @@ class ClusterSnapshot:
             verdicts if verdicts is not None else VerdictCache(),
         )
         snapshot.unschedulable = frozenset(cordoned)
+        # The ids any entry has (an entry's id is its key after the domain): a selector name
+        # outside them selects nothing, so verdict numberings can ignore it.
+        snapshot.evaluator.entry_ids = frozenset(
+            key.rpartition("/")[2] for _, keys in interner.layouts for key in keys
+        )
         return snapshot
 
     def node_names(self) -> list[str]:

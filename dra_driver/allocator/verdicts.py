@@ -38,8 +38,6 @@ class Device(Protocol):
     def allow_multiple(self) -> bool: ...
     def projection_key(self, names: frozenset[str] | None) -> tuple[object, ...] | None: ...
     @property
-    def projection_idents(self) -> frozenset[str]: ...
-    @property
     def cache_key(self) -> tuple[str, ...] | None: ...
 
     def variable(self) -> DeviceVariable: ...
@@ -89,7 +87,8 @@ class SelectorEvaluator:
         self._names: dict[str, frozenset[str] | None] = {}
         self._numbers: dict[tuple[object, frozenset[str]], tuple[list[int], list[Any]]] = {}
         """(list, names) → `_numbered`'s numbers and keys, for lists that do not change."""
-        self._idents: dict[object, frozenset[str]] = {}
+        self.entry_ids: frozenset[str] | None = None
+        """Every id an entry of the snapshot's devices has (set by the snapshot), when known."""
         self.evaluations = 0
         # CEL device values are large; verdicts are what must last, so only recent values stay.
         self._variables: OrderedDict[int, DeviceVariable] = OrderedDict()
@@ -234,14 +233,11 @@ class SelectorEvaluator:
         """Per device of the list, the number of its projection key for `names` (-1: none),
         the keys by number, and a fresh slot per number for this call's verdicts.
 
-        Names that are no entry id of any device in the list select nothing (a selector's names
-        include its string literals, "1g.10gb"), so the numbering is kept for the names left:
-        selectors on the same attribute share it."""
-        idents = self._idents.get(list_key)
-        if idents is None:
-            layouts = {id(i): i for i in (d.projection_idents for d, _ in devices)}
-            idents = self._idents[list_key] = frozenset().union(*layouts.values())
-        names = names & idents
+        Names that are no entry id of any device select nothing (a selector's names include its
+        string literals, "1g.10gb"), so the numbering is kept for the names left: selectors on
+        the same attribute share it."""
+        if self.entry_ids is not None:
+            names = names & self.entry_ids
         found = self._numbers.get((list_key, names))
         if found is None:
             numbering: dict[tuple[object, ...], int] = {}
