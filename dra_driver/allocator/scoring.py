@@ -226,19 +226,23 @@ class FragmentationModel:
             # with the usage until a counter of the neighbourhood changes (Usage.derived), so
             # every search on the node, and the next ones until a pick lands on this GPU,
             # share it.
-            derived = state.usage.derived_for(pool, self.neighbourhood(device).counters)
+            hood = self.neighbourhood(device)
+            derived = state.usage.derived_for(pool, hood.counters)
             found = derived.get(device.id)
             if found is None:
-                found = derived[device.id] = self._loss(state, device, pool, derived)
+                found = derived[device.id] = self._loss(state, hood, pool, derived)
             return cast(float, found)
-        return self._loss(state, device, pool, None)
+        return self._loss(state, self.neighbourhood(device), pool, None)
 
     def _loss(
-        self, state: SearchState, device: Device, pool: int, free: dict[object, Any] | None
+        self,
+        state: SearchState,
+        hood: _Neighbourhood,
+        pool: int,
+        free: dict[object, Any] | None,
     ) -> float:
-        """`loss` worked out; `free` is the neighbourhood's `Usage.derived_for` when nothing is
-        picked."""
-        hood = self.neighbourhood(device)
+        """`loss` worked out for a device of neighbourhood `hood`; `free` is the
+        neighbourhood's `Usage.derived_for` when nothing is picked."""
         at = (id(state), state.version)
         if at != self._rooms_at:
             self._rooms.clear()
@@ -342,10 +346,19 @@ class ScoredSearch:
         loss_of = self.model.loss
         limit = self.policy.max_candidates_per_slot
         snapshot = state.snapshot
+        # `skipped_before_selectors` for the common pick, without the call per candidate.
+        plain = not alt.admin_access
+        exclusive = state.usage.exclusive
+        shares = state.usage.shares
+        allocating = state.allocating
         for position, (device, verdict) in enumerate(candidates):
-            if verdict is not True or state.skipped_before_selectors(
-                claim, alt, device, slot_picks
-            ):
+            if verdict is not True:
+                continue
+            if plain and not device.allow_multiple:
+                did = device.id
+                if did in exclusive or did in shares or did in allocating:
+                    continue
+            elif state.skipped_before_selectors(claim, alt, device, slot_picks):
                 continue
             pick = state.check_pick(claim, alt, device)
             if pick is None:

@@ -125,10 +125,23 @@ class Usage:
             for counter, _ in device.consumes:
                 for group in containing.pop(counter, ()):
                     groups.pop(group, None)
-        if any(u > total for u, total in zip(used, pool.counter_totals, strict=True)):
-            self.over_committed.add(pool.index)
+        totals = pool.counter_totals
+        if sign > 0 and pool.index not in self.over_committed:
+            # No counter was over and only these grew: only they can be over now. (Amounts are
+            # not negative; a negative one falls back to comparing every counter.)
+            if any(amount < 0 for _, amount in device.consumes):
+                self._recheck(pool.index, used, totals)
+            elif any(used[counter] > totals[counter] for counter, _ in device.consumes):
+                self.over_committed.add(pool.index)
         else:
-            self.over_committed.discard(pool.index)
+            self._recheck(pool.index, used, totals)
+
+    def _recheck(self, pool: int, used: list[Number], totals: list[Number]) -> None:
+        """Whether any counter of the pool is used beyond its total, comparing them all."""
+        if any(u > total for u, total in zip(used, totals, strict=True)):
+            self.over_committed.add(pool)
+        else:
+            self.over_committed.discard(pool)
 
     def _touch(self, snapshot: ClusterSnapshot, device: Device) -> None:
         self._bump(device.node_name if device.node_name is not None else "*")
