@@ -287,19 +287,34 @@ class Placer:
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
         candidates = self.nodes if nodes is None else list(nodes)
-        comparison = self.compare(plans, candidates, prefer)
+        chosen: dict[str, list[Pick]] = {}
+        comparison = self._compare(plans, candidates, prefer, chosen)
         best = comparison.winner
         if best is None or best.allocations is None:
             return Placement(None, None, self._reason(plans, candidates), comparison.searched)
-        for allocation in best.allocations:
+        allocations = best.allocations
+        if best.node in chosen:
+            allocations = _allocations(self.snapshot, plans, chosen[best.node], best.node)
+        for allocation in allocations:
             self.record(allocation, best.node)
-        return Placement(best.node, best.allocations, None, comparison.searched)
+        return Placement(best.node, allocations, None, comparison.searched)
 
     def compare(
         self, plans: Sequence[ClaimPlan], candidates: Sequence[str], prefer: Collection[str] = ()
     ) -> Comparison:
         """Search the nodes as `place` does, recording nothing: the nodes that fit, what they
         were compared by, and the winner (`explain` shows this)."""
+        return self._compare(plans, candidates, prefer, None)
+
+    def _compare(
+        self,
+        plans: Sequence[ClaimPlan],
+        candidates: Sequence[str],
+        prefer: Collection[str],
+        chosen: dict[str, list[Pick]] | None,
+    ) -> Comparison:
+        """`compare`; with `chosen` (scored mode), a fitting node's result has no allocations
+        built (an empty list) and its picks go to `chosen`: only the winner's are written."""
         signature = "|".join(p.signature for p in plans)
         ranked_cursor = False
         if self.mode is AllocationMode.FIRST_FIT:
@@ -335,7 +350,7 @@ class Placer:
                 continue
             comparison.searched += 1
             version = (versions[node], everywhere)
-            result = self._search(plans, signature, node, version)
+            result = self._search(plans, signature, node, version, chosen)
             if result.allocations is None:
                 unfit[node] = version[0]
                 continue
@@ -413,7 +428,12 @@ class Placer:
         return known
 
     def _search(
-        self, plans: Sequence[ClaimPlan], signature: str, node: str, version: tuple[int, int]
+        self,
+        plans: Sequence[ClaimPlan],
+        signature: str,
+        node: str,
+        version: tuple[int, int],
+        chosen: dict[str, list[Pick]] | None = None,
     ) -> NodeResult:
         """`search_node`, answered from `_fits` when the node has not changed since (scored)."""
         if self.mode is not AllocationMode.SCORED:
@@ -430,7 +450,11 @@ class Placer:
             if len(self._fits) >= 100_000:
                 self._fits.clear()
             self._fits[(signature, node)] = (version, solution, _stored(plans, picks))
-        allocations = _allocations(self.snapshot, plans, picks, node)
+        if chosen is not None:
+            chosen[node] = picks
+            allocations: list[dict[str, Any]] = []
+        else:
+            allocations = _allocations(self.snapshot, plans, picks, node)
         return NodeResult(node, allocations, score=solution.score, first_fit=solution.first_fit)
 
     def _node_key(self, result: NodeResult) -> tuple[object, ...]:
