@@ -6,6 +6,7 @@ quantity parsing are not repeated per node.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,12 +186,43 @@ def _alternative(
     )
 
 
+_PlanParts = tuple[tuple["RequestPlan", ...], tuple["Constraint", ...]]
+
+
 def plan_claim(snapshot: ClusterSnapshot, claim: Mapping[str, Any]) -> ClaimPlan:
+    """The claim as the search sees it.
+
+    Claims with equal specs share their requests and constraints, kept on the snapshot by
+    signature: planning compiles selectors and parses quantities, and a cluster's claims come in
+    a few shapes. The kept parts are planned from a private copy of the spec, so changing a
+    claim object afterwards cannot change them. A spec that fails to plan is not kept (each such
+    claim reports its own error), and `config` is always the claim's own.
+    """
     key = claim_key(claim)
     spec = claim.get("spec") or {}
     devices = spec.get("devices") or {}
     if not isinstance(devices, Mapping):
         raise InputError(f"claim {key}: spec.devices must be an object")
+    signature = repr(_canonical(devices))
+    parts: _PlanParts | None = snapshot.claim_plans.get(signature)
+    if parts is None:
+        parts = _plan_parts(snapshot, key, copy.deepcopy(devices))
+        if len(snapshot.claim_plans) >= 4096:
+            snapshot.claim_plans.clear()
+        snapshot.claim_plans[signature] = parts
+    config = tuple(_list(devices.get("config"), f"claim {key}: spec.devices.config"))
+    meta = claim.get("metadata") or {}
+    return ClaimPlan(
+        key=key,
+        uid=str(meta.get("uid") or key),
+        requests=parts[0],
+        constraints=parts[1],
+        config=config,
+        signature=signature,
+    )
+
+
+def _plan_parts(snapshot: ClusterSnapshot, key: str, devices: Mapping[str, Any]) -> _PlanParts:
     requests: list[RequestPlan] = []
     names: set[str] = set()
     for i, raw in enumerate(_list(devices.get("requests"), f"claim {key}: spec.devices.requests")):
@@ -237,16 +269,7 @@ def plan_claim(snapshot: ClusterSnapshot, claim: Mapping[str, Any]) -> ClaimPlan
         constraints.append(
             Constraint(frozenset(raw.get("requests") or []), match or None, distinct or None)
         )
-    config = tuple(_list(devices.get("config"), f"claim {key}: spec.devices.config"))
-    meta = claim.get("metadata") or {}
-    return ClaimPlan(
-        key=key,
-        uid=str(meta.get("uid") or key),
-        requests=tuple(requests),
-        constraints=tuple(constraints),
-        config=config,
-        signature=repr(_canonical(devices)),
-    )
+    return tuple(requests), tuple(constraints)
 
 
 def _canonical(value: object) -> object:

@@ -244,7 +244,9 @@ class Placer:
         self.policy = policy or ScoringPolicy()
         self.nodes = list(nodes) if nodes is not None else snapshot.node_names()
         self.explain_failures = explain_failures
-        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
+        self._unfit: dict[str, tuple[int, dict[str, int]]] = {}
+        """Signature → (usage's "*" version, node → the node's usage version) at which the
+        claims did not fit there: one look-up per node passed, for the hundreds a pod passes."""
         self._cursor: dict[str, tuple[Usage, int, int, int]] = {}
         """First-fit over the placer's own nodes: signature → (usage, changes epoch, changes
         seen, n) where the first n nodes were all known not to fit. Nodes that changed since
@@ -254,6 +256,15 @@ class Placer:
         self._ranked_names: list[str] = []
         """Scored mode: the placer's nodes as (-load, name), kept sorted as loads change, so
         ranking them for a pod is a copy rather than a sort."""
+        self._moves: list[int] = []
+        """Scored mode: for each move of a node within `_ranked`, the lower of its old and new
+        rank; only ranks from there on shifted. Cleared when long, which `_moves_epoch` records."""
+        self._moves_epoch = 0
+        self._ranked_cursor: dict[str, tuple[Usage, int, int, int, int, int]] = {}
+        """Scored mode, over the placer's own ranked nodes: signature → (usage, changes epoch,
+        changes seen, moves epoch, moves seen, n) where the first n ranked nodes were all known
+        not to fit. The busiest nodes are full and rank first; without this every pod would walk
+        past them one by one."""
         self._fits: dict[tuple[str, str], tuple[tuple[int, int], _Solution, list[_StoredPick]]]
         self._fits = {}
         """Scored mode: (signature, node) → the solution found at that node's usage version.
@@ -276,25 +287,42 @@ class Placer:
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
         candidates = self.nodes if nodes is None else list(nodes)
-        comparison = self.compare(plans, candidates, prefer)
+        chosen: dict[str, list[Pick]] = {}
+        comparison = self._compare(plans, candidates, prefer, chosen)
         best = comparison.winner
         if best is None or best.allocations is None:
             return Placement(None, None, self._reason(plans, candidates), comparison.searched)
-        for allocation in best.allocations:
+        allocations = best.allocations
+        if best.node in chosen:
+            allocations = _allocations(self.snapshot, plans, chosen[best.node], best.node)
+        for allocation in allocations:
             self.record(allocation, best.node)
-        return Placement(best.node, best.allocations, None, comparison.searched)
+        return Placement(best.node, allocations, None, comparison.searched)
 
     def compare(
         self, plans: Sequence[ClaimPlan], candidates: Sequence[str], prefer: Collection[str] = ()
     ) -> Comparison:
         """Search the nodes as `place` does, recording nothing: the nodes that fit, what they
         were compared by, and the winner (`explain` shows this)."""
+        return self._compare(plans, candidates, prefer, None)
+
+    def _compare(
+        self,
+        plans: Sequence[ClaimPlan],
+        candidates: Sequence[str],
+        prefer: Collection[str],
+        chosen: dict[str, list[Pick]] | None,
+    ) -> Comparison:
+        """`compare`; with `chosen` (scored mode), a fitting node's result has no allocations
+        built (an empty list) and its picks go to `chosen`: only the winner's are written."""
         signature = "|".join(p.signature for p in plans)
+        ranked_cursor = False
         if self.mode is AllocationMode.FIRST_FIT:
             order = list(candidates)
         elif not prefer and candidates is self.nodes and len(self._position) == len(self.nodes):
             self._ranking()
             order = list(self._ranked_names)
+            ranked_cursor = True
         else:
             order = sorted(
                 candidates, key=lambda n: (n not in prefer, -self.node_load.get(n, 0), n)
@@ -304,22 +332,27 @@ class Placer:
         cursor = self.mode is AllocationMode.FIRST_FIT and candidates is self.nodes
         if cursor:
             start = self._known_unfit(signature)
-            comparison.looked_at = start
+        elif ranked_cursor:
+            start = self._known_unfit_ranked(signature)
+        first_fitting: int | None = None
         reached = len(order)
         # Usage does not change while nodes are compared: read the versions directly.
         versions = self.usage.node_versions
         everywhere = versions["*"]
-        unfit = self._unfit
+        found = self._unfit.get(signature)
+        if found is None or found[0] != everywhere:
+            found = self._unfit[signature] = (everywhere, {})
+        unfit = found[1]
+        index = start - 1
         for index in range(start, len(order)):
             node = order[index]
-            comparison.looked_at += 1
-            version = (versions[node], everywhere)
-            if unfit.get((signature, node)) == version:
+            if unfit.get(node) == versions[node]:
                 continue
             comparison.searched += 1
-            result = self._search(plans, signature, node, version)
+            version = (versions[node], everywhere)
+            result = self._search(plans, signature, node, version, chosen)
             if result.allocations is None:
-                self._unfit[(signature, node)] = version
+                unfit[node] = version[0]
                 continue
             if self.mode is AllocationMode.FIRST_FIT:
                 comparison.fitting.append(Compared(result, ()))
@@ -327,8 +360,11 @@ class Placer:
                 break
             key = (result.node not in prefer, *self._node_key(result))
             comparison.fitting.append(Compared(result, key))
+            if first_fitting is None:
+                first_fitting = index
             if len(comparison.fitting) >= self.policy.max_fitting_nodes:
                 break
+        comparison.looked_at = index + 1
         if cursor:
             usage = self.usage
             self._cursor[signature] = (
@@ -336,6 +372,16 @@ class Placer:
                 usage.changes_epoch,
                 len(usage.changes),
                 reached,
+            )
+        elif ranked_cursor:
+            usage = self.usage
+            self._ranked_cursor[signature] = (
+                usage,
+                usage.changes_epoch,
+                len(usage.changes),
+                self._moves_epoch,
+                len(self._moves),
+                len(order) if first_fitting is None else first_fitting,
             )
         return comparison
 
@@ -357,8 +403,37 @@ class Placer:
             known = min(known, index)
         return known
 
+    def _known_unfit_ranked(self, signature: str) -> int:
+        """`_known_unfit` over the ranked nodes: the known prefix ends at the rank of any node
+        that changed since (a node's rank is stable unless it or one ranked before it moved)
+        and at the lowest rank any move touched."""
+        found = self._ranked_cursor.get(signature)
+        usage = self.usage
+        if found is None:
+            return 0
+        owner, epoch, seen, moves_epoch, moves_seen, known = found
+        if owner is not usage or epoch != usage.changes_epoch or seen > len(usage.changes):
+            return 0
+        if moves_epoch != self._moves_epoch or moves_seen > len(self._moves):
+            return 0
+        for rank in self._moves[moves_seen:]:
+            known = min(known, rank)
+        ranked = self._ranked
+        assert ranked is not None
+        load = self.node_load
+        for name in usage.changes[seen:]:
+            if name not in self._position:  # "*", or a node the placer does not know
+                return 0
+            known = min(known, bisect.bisect_left(ranked, (-load.get(name, 0), name)))
+        return known
+
     def _search(
-        self, plans: Sequence[ClaimPlan], signature: str, node: str, version: tuple[int, int]
+        self,
+        plans: Sequence[ClaimPlan],
+        signature: str,
+        node: str,
+        version: tuple[int, int],
+        chosen: dict[str, list[Pick]] | None = None,
     ) -> NodeResult:
         """`search_node`, answered from `_fits` when the node has not changed since (scored)."""
         if self.mode is not AllocationMode.SCORED:
@@ -375,7 +450,11 @@ class Placer:
             if len(self._fits) >= 100_000:
                 self._fits.clear()
             self._fits[(signature, node)] = (version, solution, _stored(plans, picks))
-        allocations = _allocations(self.snapshot, plans, picks, node)
+        if chosen is not None:
+            chosen[node] = picks
+            allocations: list[dict[str, Any]] = []
+        else:
+            allocations = _allocations(self.snapshot, plans, picks, node)
         return NodeResult(node, allocations, score=solution.score, first_fit=solution.first_fit)
 
     def _node_key(self, result: NodeResult) -> tuple[object, ...]:
@@ -402,6 +481,10 @@ class Placer:
         new = bisect.bisect_left(ranked, entry)
         ranked.insert(new, entry)
         self._ranked_names.insert(new, node)
+        if len(self._moves) >= 4096:
+            self._moves.clear()
+            self._moves_epoch += 1
+        self._moves.append(min(old, new))
 
     def record(self, allocation: Mapping[str, Any], node: str) -> None:
         self.usage.record(self.snapshot, allocation)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.errors import AllocationError
@@ -79,12 +79,34 @@ def _topology_value(device: Device, name: str) -> object | None:
     return found
 
 
-def topology_spread(picks: Sequence[Pick], policy: ScoringPolicy) -> tuple[int, ...]:
+def topology_values(
+    snapshot: ClusterSnapshot, device: Device, names: tuple[str, ...]
+) -> tuple[object | None, ...]:
+    """The device's value of each topology attribute (None: none), kept with the snapshot:
+    the search compares them for every pair of candidate and pick."""
+    per_device = snapshot.topology_values.get(names)
+    if per_device is None:
+        per_device = snapshot.topology_values[names] = {}
+    found = per_device.get(device.id)
+    if found is None:
+        found = per_device[device.id] = tuple(_topology_value(device, n) for n in names)
+    return found
+
+
+def topology_spread(
+    picks: Sequence[Pick], policy: ScoringPolicy, snapshot: ClusterSnapshot | None = None
+) -> tuple[int, ...]:
+    names = policy.topology_attributes
+    if len(picks) < 2:  # one group or none: nothing spreads
+        return (0,) * len(names)
     spread: list[int] = []
-    for name in policy.topology_attributes:
+    for i, name in enumerate(names):
         groups: set[object] = set()
         for pick in picks:
-            value = _topology_value(pick.device, name)
+            if snapshot is not None:
+                value = topology_values(snapshot, pick.device, names)[i]
+            else:
+                value = _topology_value(pick.device, name)
             groups.add(value if value is not None else ("alone", pick.device.id))
         spread.append(max(len(groups) - 1, 0))
     return tuple(spread)
@@ -118,10 +140,6 @@ class FragmentationModel:
         # candidates asks for the same GPU's room dozens of times between two picks.
         self._rooms: dict[tuple[int, int], tuple[float, ...]] = {}
         self._rooms_at: tuple[int, int] = (0, -1)
-        self._free: dict[tuple[int, int], tuple[float, ...]] = {}
-        """Room per neighbourhood under `usage` alone (`_free_of`), which a search never
-        changes."""
-        self._free_of: Usage | None = None
 
     def _weight(self, device: Device) -> float:
         totals = self.snapshot.pools[device.pool_index].counter_totals
@@ -202,24 +220,41 @@ class FragmentationModel:
         """Weight of mates that fit now and would not fit once `device` is taken."""
         if not device.consumes or state.usage.in_use(device) or device.id in state.picked:
             return 0.0
-        hood = self.neighbourhood(device)
         pool = device.pool_index
+        if not state.counter_delta:
+            # Nothing picked draws on counters: the loss is the one under `usage` alone, kept
+            # with the usage until a counter of the neighbourhood changes (Usage.derived), so
+            # every search on the node, and the next ones until a pick lands on this GPU,
+            # share it.
+            hood = self.neighbourhood(device)
+            derived = state.usage.derived_for(pool, hood.counters)
+            found = derived.get(device.id)
+            if found is None:
+                found = derived[device.id] = self._loss(state, hood, pool, derived)
+            return cast(float, found)
+        return self._loss(state, self.neighbourhood(device), pool, None)
+
+    def _loss(
+        self,
+        state: SearchState,
+        hood: _Neighbourhood,
+        pool: int,
+        free: dict[object, Any] | None,
+    ) -> float:
+        """`loss` worked out for a device of neighbourhood `hood`; `free` is the
+        neighbourhood's `Usage.derived_for` when nothing is picked."""
         at = (id(state), state.version)
         if at != self._rooms_at:
             self._rooms.clear()
             self._rooms_at = at
-            if state.usage is not self._free_of:
-                self._free.clear()
-                self._free_of = state.usage
         # The counters tuple lives as long as the snapshot's neighbourhoods: its id is stable.
         room_key = (pool, id(hood.counters))
         room = self._rooms.get(room_key)
         if room is None:
-            delta = state.counter_delta
-            if not delta:
-                # Room left by `usage` alone: the same for every state of this search.
-                room = self._free.get(room_key)
+            if free is not None:
+                room = free.get(room_key)
             if room is None:
+                delta = state.counter_delta
                 totals = self.snapshot.pools[pool].counter_totals
                 used = state.usage.counters.get(pool)
                 room = tuple(
@@ -228,8 +263,8 @@ class FragmentationModel:
                     )
                     for c in hood.counters
                 )
-                if not delta:
-                    self._free[room_key] = room
+                if free is not None:
+                    free[room_key] = room
             self._rooms[room_key] = room
         key = (hood.shape, room)
         found = self._losses.get(key)
@@ -296,9 +331,13 @@ class ScoredSearch:
                 self._slot(claim, request, alt, 0, [])
             self.choices.pop()
 
-    def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Device]:
+    def _ranked(self, claim: int, alt: Alternative, slot_picks: list[Pick]) -> list[Pick]:
+        """The best `branching` picks for the slot, checked and with their loss noted.
+
+        Each is taken in a state equal to this one (the picks before it are undone exactly),
+        so its checks and loss would come out the same: `_slot` applies it as it is."""
         state = self.state
-        ranked: list[tuple[tuple[int, ...], int, float, float, int, Device]] = []
+        ranked: list[tuple[tuple[int, ...], int, float, float, int, Pick]] = []
         candidates = state.index.candidates(state.view, alt)
         topology = self.policy.topology_attributes
         # With nothing picked yet, no candidate mismatches anything: skip the look-ups.
@@ -306,10 +345,20 @@ class ScoredSearch:
         prefer = self.prefer
         loss_of = self.model.loss
         limit = self.policy.max_candidates_per_slot
+        snapshot = state.snapshot
+        # `skipped_before_selectors` for the common pick, without the call per candidate.
+        plain = not alt.admin_access
+        exclusive = state.usage.exclusive
+        shares = state.usage.shares
+        allocating = state.allocating
         for position, (device, verdict) in enumerate(candidates):
-            if verdict is not True or state.skipped_before_selectors(
-                claim, alt, device, slot_picks
-            ):
+            if verdict is not True:
+                continue
+            if plain and not device.allow_multiple:
+                did = device.id
+                if did in exclusive or did in shares or did in allocating:
+                    continue
+            elif state.skipped_before_selectors(claim, alt, device, slot_picks):
                 continue
             pick = state.check_pick(claim, alt, device)
             if pick is None:
@@ -317,17 +366,15 @@ class ScoredSearch:
             left = 1.0 if pick.share is None else _share_left(state.usage, device, pick.share)
             mismatch = alone
             if state.picks:
+                mine = topology_values(snapshot, device, topology)
+                theirs = [topology_values(snapshot, p.device, topology) for p in state.picks]
                 mismatch = tuple(
-                    sum(
-                        1
-                        for p in state.picks
-                        if (v := _topology_value(p.device, name)) is None
-                        or v != _topology_value(device, name)
-                    )
-                    for name in topology
+                    sum(1 for t in theirs if (v := t[i]) is None or v != value)
+                    for i, value in enumerate(mine)
                 )
             steer = int(bool(prefer) and device.id not in prefer)
-            ranked.append((mismatch, steer, loss_of(state, device), left, position, device))
+            pick.loss = loss_of(state, device)
+            ranked.append((mismatch, steer, pick.loss, left, position, pick))
             if len(ranked) >= limit:
                 break
         ranked.sort(key=lambda r: r[:5])
@@ -340,12 +387,14 @@ class ScoredSearch:
             self._request(claim, request + 1)
             return
         state = self.state
-        for device in self._ranked(claim, alt, slot_picks):
+        for pick in self._ranked(claim, alt, slot_picks):
             if self._done():
                 return
-            pick = self._pick(claim, alt, device)
-            if pick is None:
-                continue
+            # What `try_pick` would count for checking it again.
+            state.steps += 1
+            if state.steps > state.max_steps:
+                raise SearchBudgetError
+            state.apply(pick)
             slot_picks.append(pick)
             self._slot(claim, request, alt, slot + 1, slot_picks)
             slot_picks.pop()
@@ -404,7 +453,7 @@ def score_of(
     positions = tuple(state.view.position[p.device.id] for p in picks)
     return SolutionScore(
         preference=preference,
-        topology=topology_spread(picks, policy),
+        topology=topology_spread(picks, policy, state.snapshot),
         steer=sum(1 for p in picks if p.device.id not in prefer) if prefer else 0,
         loss=round(sum(p.loss for p in picks), 9),
         positions=positions,

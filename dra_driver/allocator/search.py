@@ -91,7 +91,10 @@ class CandidateIndex:
             return found
         evaluator = self.snapshot.evaluator
         if request_part:
-            found = evaluator.filter(request_part, self.for_chain(view, class_part))
+            base = self.for_chain(view, class_part)
+            found = evaluator.filter_list(
+                request_part, base, (view.name, key[1][: len(class_part)])
+            )
         else:
             found = evaluator.filter(class_part, ((device, True) for device in view.devices))
         self._lists[key] = found
@@ -181,10 +184,11 @@ class SearchState:
         allocators raced), no device there that draws counters can be allocated.
         """
         pool = device.pool_index
-        totals = self.snapshot.pools[pool].counter_totals
-        if pool in self.usage.over_committed:
+        usage = self.usage
+        if pool in usage.over_committed:
             return False
-        used = self.usage.counters.get(pool)
+        totals = self.snapshot.pools[pool].counter_totals
+        used = usage.counters.get(pool)
         delta = self.counter_delta
         if not delta:  # nothing picked yet draws on counters: the common first pick
             if used is None:
@@ -243,7 +247,14 @@ class SearchState:
                 return None
         elif alt.capacity and not large_enough(device, alt.capacity):
             return None
-        consume = bool(device.consumes) and self.counts_counters(alt, device)
+        if not device.consumes:
+            consume = False
+        elif device.allow_multiple or alt.admin_access:
+            consume = self.counts_counters(alt, device)
+        else:  # `counts_counters` for the common pick, without the call
+            did = device.id
+            usage = self.usage
+            consume = not (did in usage.exclusive or did in usage.shares or did in self.picked)
         if consume and not self.counters_fit(device):
             return None
         if self.plans[claim].constraints and not self.constraint_holds(claim, alt, device):
@@ -398,9 +409,18 @@ class FirstFitSearch:
             self._check_limit(claim, alt.count)
         state = self.state
         candidates = state.index.candidates(state.view, alt)
+        # `skipped_before_selectors` for the common pick, without the call per candidate.
+        plain = not alt.admin_access
+        exclusive = state.usage.exclusive
+        shares = state.usage.shares
+        allocating = state.allocating
         for position in range(start, len(candidates)):
             device, verdict = candidates[position]
-            if state.skipped_before_selectors(claim, alt, device, slot_picks):
+            if plain and not device.allow_multiple:
+                did = device.id
+                if did in exclusive or did in shares or did in allocating:
+                    continue
+            elif state.skipped_before_selectors(claim, alt, device, slot_picks):
                 continue
             if verdict is not True:
                 assert isinstance(verdict, SelectorFailure)

@@ -346,6 +346,11 @@ class ClusterSnapshot:
         self.pool_templates: dict[int, int] = {}
         self.pool_shapes: dict[object, int] = {}
         self.counter_groups: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.topology_values: dict[tuple[str, ...], dict[int, tuple[object | None, ...]]] = {}
+        """Topology attribute names → device → its values (scoring.py)."""
+        self.claim_plans: dict[str, Any] = {}
+        """Claim signature → what planning its spec gave (claims.py); the spec and this
+        snapshot's classes are all a plan depends on besides the claim's name."""
         self.devices: list[Device] = [d for p in pools for d in p.devices]
         self._views: dict[str, NodeView] = {}
         self._ordered_pools: list[Pool] | None = None
@@ -408,6 +413,11 @@ class ClusterSnapshot:
             verdicts if verdicts is not None else VerdictCache(),
         )
         snapshot.unschedulable = frozenset(cordoned)
+        # The ids any entry has (an entry's id is its key after the domain): a selector name
+        # outside them selects nothing, so verdict numberings can ignore it.
+        snapshot.evaluator.entry_ids = frozenset(
+            key.rpartition("/")[2] for _, keys in interner.layouts for key in keys
+        )
         return snapshot
 
     def node_names(self) -> list[str]:

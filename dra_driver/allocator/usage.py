@@ -34,6 +34,14 @@ class Usage:
         a placer can tell which nodes changed since it last looked. Cleared when long, which
         `changes_epoch` records."""
         self.changes_epoch = 0
+        self.derived: dict[int, dict[tuple[int, ...], dict[object, Any]]] = {}
+        """Pool → counter group → what scoring derived from those counters under this usage
+        alone (the group's free room, the loss of each device whose neighbourhood it is).
+        Dropped whenever a counter of the group changes (`_consume_counters`, the only place
+        counters change), so it is never stale; a placement on one GPU of a node leaves the
+        figures of its other GPUs for the next searches there."""
+        self._derived_of: dict[int, dict[int, set[tuple[int, ...]]]] = {}
+        """Pool → counter → the groups in `derived` that contain it."""
 
     @classmethod
     def from_claims(cls, snapshot: ClusterSnapshot, claims: Iterable[Mapping[str, Any]]) -> Usage:
@@ -111,10 +119,29 @@ class Usage:
             used = self.counters[pool.index] = [0] * len(pool.counter_totals)
         for counter, amount in device.consumes:
             used[counter] += sign * amount
-        if any(u > total for u, total in zip(used, pool.counter_totals, strict=True)):
-            self.over_committed.add(pool.index)
+        groups = self.derived.get(pool.index)
+        if groups:
+            containing = self._derived_of[pool.index]
+            for counter, _ in device.consumes:
+                for group in containing.pop(counter, ()):
+                    groups.pop(group, None)
+        totals = pool.counter_totals
+        if sign > 0 and pool.index not in self.over_committed:
+            # No counter was over and only these grew: only they can be over now. (Amounts are
+            # not negative; a negative one falls back to comparing every counter.)
+            if any(amount < 0 for _, amount in device.consumes):
+                self._recheck(pool.index, used, totals)
+            elif any(used[counter] > totals[counter] for counter, _ in device.consumes):
+                self.over_committed.add(pool.index)
         else:
-            self.over_committed.discard(pool.index)
+            self._recheck(pool.index, used, totals)
+
+    def _recheck(self, pool: int, used: list[Number], totals: list[Number]) -> None:
+        """Whether any counter of the pool is used beyond its total, comparing them all."""
+        if any(u > total for u, total in zip(used, totals, strict=True)):
+            self.over_committed.add(pool)
+        else:
+            self.over_committed.discard(pool)
 
     def _touch(self, snapshot: ClusterSnapshot, device: Device) -> None:
         self._bump(device.node_name if device.node_name is not None else "*")
@@ -208,6 +235,24 @@ class Usage:
         if used is None:
             return False
         return any(used[c] > pool.counter_totals[c] for c, _ in device.consumes)
+
+    def forget_derived(self) -> None:
+        """Drop every derived figure (tests compare answers with and without them)."""
+        self.derived.clear()
+        self._derived_of.clear()
+
+    def derived_for(self, pool: int, group: tuple[int, ...]) -> dict[object, Any]:
+        """The figures kept for counters `group` of `pool` (see `derived`), empty at first."""
+        groups = self.derived.get(pool)
+        if groups is None:
+            groups = self.derived[pool] = {}
+        found = groups.get(group)
+        if found is None:
+            found = groups[group] = {}
+            containing = self._derived_of.setdefault(pool, {})
+            for counter in group:
+                containing.setdefault(counter, set()).add(group)
+        return found
 
     def node_version(self, node: str) -> tuple[int, int]:
         return self.node_versions[node], self.node_versions["*"]

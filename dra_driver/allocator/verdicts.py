@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from dra_driver.allocator.projection import projection_of
 from dra_driver.cel import CelRuntimeError, CompiledSelector, DeviceVariable
@@ -85,6 +85,10 @@ class SelectorEvaluator:
         self._shared = shared
         self._local: dict[tuple[str, int], Verdict] = {}
         self._names: dict[str, frozenset[str] | None] = {}
+        self._numbers: dict[tuple[object, frozenset[str]], tuple[list[int], list[Any]]] = {}
+        """(list, names) → `_numbered`'s numbers and keys, for lists that do not change."""
+        self.entry_ids: frozenset[str] | None = None
+        """Every id an entry of the snapshot's devices has (set by the snapshot), when known."""
         self.evaluations = 0
         # CEL device values are large; verdicts are what must last, so only recent values stay.
         self._variables: OrderedDict[int, DeviceVariable] = OrderedDict()
@@ -172,6 +176,77 @@ class SelectorEvaluator:
             if verdict is not False:
                 kept.append((device, verdict))
         return kept
+
+    def filter_list(
+        self,
+        selectors: tuple[CompiledSelector, ...],
+        devices: list[tuple[D, Verdict]],
+        list_key: object,
+    ) -> list[tuple[D, Verdict]]:
+        """`filter` over a list that stays the same for `list_key` (a node's class candidates).
+
+        Request selectors that read the same attribute names (the MIG profiles) see the same
+        projection of each device: the list's projection keys for those names are worked out
+        once, numbered, and kept, so each further selector costs one verdict per distinct key
+        and a pass over the numbers. Verdicts are looked up and evaluated in device order, on
+        the same devices as `filter` would, so they and any failure are the same."""
+        steps = []
+        for selector in selectors:
+            names = self._names_of(selector.expression)
+            if names is None:
+                return self.filter(selectors, devices)
+            steps.append((selector, selector.expression, self._numbered(devices, list_key, names)))
+        shared = self._shared
+        kept: list[tuple[D, Verdict]] = []
+        for position, (device, before) in enumerate(devices):
+            verdict = before
+            if verdict is True:
+                for selector, expression, (numbers, keys, known) in steps:
+                    number = numbers[position]
+                    if number < 0:  # this device may see more than the names: its own verdict
+                        verdict = self.verdict(selector, device)
+                    else:
+                        found = known[number]
+                        if found is None:
+                            key = keys[number]
+                            found = shared.get(expression, key)
+                            if found is None:
+                                found = self._evaluate(selector, device)
+                                shared.put(expression, key, found)
+                            known[number] = found
+                        verdict = found
+                    if verdict is not True:
+                        break
+            if verdict is not False:
+                kept.append((device, verdict))
+        return kept
+
+    def _names_of(self, expression: str) -> frozenset[str] | None:
+        found = self._names.get(expression, _OPAQUE)
+        if found is _OPAQUE:
+            found = self._names[expression] = projection_of(expression).names
+        return found
+
+    def _numbered(
+        self, devices: list[tuple[D, Verdict]], list_key: object, names: frozenset[str]
+    ) -> tuple[list[int], list[tuple[object, ...]], list[Verdict | None]]:
+        """Per device of the list, the number of its projection key for `names` (-1: none),
+        the keys by number, and a fresh slot per number for this call's verdicts.
+
+        Names that are no entry id of any device select nothing (a selector's names include its
+        string literals, "1g.10gb"), so the numbering is kept for the names left: selectors on
+        the same attribute share it."""
+        if self.entry_ids is not None:
+            names = names & self.entry_ids
+        found = self._numbers.get((list_key, names))
+        if found is None:
+            numbering: dict[tuple[object, ...], int] = {}
+            numbers: list[int] = []
+            for device, _ in devices:
+                key = device.projection_key(names)
+                numbers.append(-1 if key is None else numbering.setdefault(key, len(numbering)))
+            found = self._numbers[(list_key, names)] = (numbers, list(numbering))
+        return found[0], found[1], [None] * len(found[1])
 
     def chain(self, selectors: tuple[CompiledSelector, ...], device: Device) -> Verdict:
         """Verdict of selectors ANDed in order, stopping at the first false or failure."""

@@ -1,7 +1,7 @@
 """Allocator throughput, latency and memory on a 500-node H100 cluster.
 
     .venv/bin/python -m tests.bench.bench_allocator [--nodes 500] [--claims 5000] [--mode both]
-        [--mix standard|extended] [--no-check]
+        [--mix standard|extended] [--no-check] [--digest]
 
 Each mode runs in its own process so peak RSS is that mode's alone. Claims are placed one at a
 time (nodes in name order for first-fit, ranked for scored), each against the usage left by the
@@ -17,12 +17,16 @@ Peak RSS is the whole process's. By default it includes the generated slices' JS
 held at once (as a controller's informer would hold it); with --stream, slices are generated
 while the snapshot reads them, so the peak is what the allocator itself holds (snapshot,
 verdicts, usage, caches), and slice generation is timed within "snapshot".
+
+--digest adds a SHA-256 over every claim's outcome (index, node, allocation, in claim order), so a
+change meant to be faster only can be shown to give the same answers: run it before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import resource
 import statistics
@@ -54,6 +58,7 @@ def run_mode(
     mix: str = "standard",
     check: bool = True,
     stream: bool = False,
+    digest: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     if stream:
@@ -75,10 +80,14 @@ def run_mode(
     placer = Placer(snapshot, Usage(), mode, explain_failures=False)
     latencies: list[float] = []
     placed: list[dict[str, Any]] = []
-    for claim in claim_mix(claims, mix=MIXES[mix]):
+    outcomes = hashlib.sha256()
+    for index, claim in enumerate(claim_mix(claims, mix=MIXES[mix])):
         t0 = time.perf_counter()
         placement = placer.place([claim])
         latencies.append(time.perf_counter() - t0)
+        if digest:
+            outcome = [index, placement.node, placement.allocations]
+            outcomes.update(json.dumps(outcome, sort_keys=True).encode())
         if placement.allocations is not None:
             placed.append({**claim, "status": {"allocation": placement.allocations[0]}})
     peak_total = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -107,6 +116,7 @@ def run_mode(
         "max_ms": round(max(latencies) * 1000, 3),
         "peak_rss_mib": peak_total,
         "violations": violations,
+        "digest": outcomes.hexdigest()[:16] if digest else None,
     }
 
 
@@ -125,6 +135,9 @@ def main() -> None:
         help="generate slices while the snapshot reads them (peak RSS without the JSON)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per mode")
+    parser.add_argument(
+        "--digest", action="store_true", help="print a hash of every claim's node and devices"
+    )
     args = parser.parse_args()
     if args.mode != "both":
         figures = run_mode(
@@ -134,6 +147,7 @@ def main() -> None:
             args.mix,
             not args.no_check,
             args.stream,
+            args.digest,
         )
         print(json.dumps(figures) if args.json else _line(figures))
         if figures["violations"]:
@@ -145,6 +159,7 @@ def main() -> None:
         command += ["--json"] if args.json else []
         command += ["--no-check"] if args.no_check else []
         command += ["--stream"] if args.stream else []
+        command += ["--digest"] if args.digest else []
         subprocess.run(command, check=True)
 
 
@@ -162,6 +177,7 @@ def _line(f: dict[str, Any]) -> str:
         f"peak RSS {f['peak_rss_mib']} MiB "
         f"[setup: slices {f['build_slices_s']} s, snapshot {f['snapshot_s']} s, "
         f"class verdicts {f['class_verdicts_s']} s]"
+        + (f" digest {f['digest']}" if f["digest"] else "")
     )
 
 
