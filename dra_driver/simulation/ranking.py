@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from dra_driver.allocator import Usage
 from dra_driver.noderesources import CPU, PODS
 from dra_driver.simulation.fragindex import (
     EPS,
@@ -43,9 +44,12 @@ from dra_driver.simulation.workload import Shape
 
 
 class NodeTable:
-    def __init__(self, nodes: Sequence[str], ledger: Ledger, index: FragmentationIndex) -> None:
+    def __init__(
+        self, nodes: Sequence[str], ledger: Ledger, usage: Usage, index: FragmentationIndex
+    ) -> None:
         self.nodes = list(nodes)
         self.ledger = ledger
+        self.usage = usage
         self.index = index
         self._order = {n: i for i, n in enumerate(self.nodes)}
         self._built = False
@@ -59,18 +63,23 @@ class NodeTable:
         """Nodes without allocatable resources take any pod (the ledger's rule)."""
         self._columns: dict[str, NDArray[Any]] = {}
         self._cpu_total: NDArray[Any] | None = None
-        self._log = (-1, 0)
+        self._unfit: dict[str, NDArray[np.bool_]] = {}
+        """Per claim-set signature: nodes whose devices did not take it, until their usage
+        changes (first fit skips them)."""
+        self._log = (usage.changes_epoch, len(usage.changes))
+        """Where the usage's change log was last read."""
 
     # -- keeping up with the replay ----------------------------------------------------------
 
     def moved(self, node: str) -> None:
-        """`node`'s usage or free resources changed: move it to the group of its new state."""
-        if not self._built:
-            return
+        """`node`'s usage or free resources changed: note its free resources, and move it to
+        the group of its new state."""
         i = self._order[node]
         free = self.ledger.free(node)
         for name, column in self._columns.items():
             self._set(name, column, i, free.get(name, 0))
+        if not self._built:
+            return
         old = self._group_of.get(node)
         if old is not None:
             members = self._groups[old]
@@ -105,22 +114,34 @@ class NodeTable:
             self._groups.setdefault(state, []).append(i)
         for members in self._groups.values():
             self._first[members[0]] = True
-        usage = self.index.usage
-        self._log = (usage.changes_epoch, len(usage.changes))
 
-    def _catch_up(self) -> None:
-        """Fresh GPU state ids for the nodes whose usage changed since the last ranking."""
-        usage = self.index.usage
+    def catch_up(self) -> None:
+        """Read the usage's change log: the nodes whose device usage changed since the last
+        call get fresh GPU state ids and lose their "did not fit" marks."""
+        usage = self.usage
         epoch, seen = self._log
+        if epoch == usage.changes_epoch and len(usage.changes) == seen:
+            return
         if epoch != usage.changes_epoch or "*" in usage.changes[seen:]:
             changed: Sequence[str] = self.nodes
         else:
             changed = usage.changes[seen:]
         self._log = (usage.changes_epoch, len(usage.changes))
-        for node in dict.fromkeys(changed):
-            i = self._order.get(node)
-            if i is not None:
+        rows = [self._order[n] for n in dict.fromkeys(changed) if n in self._order]
+        for marks in self._unfit.values():
+            marks[rows] = False
+        if self._built:
+            for i in rows:
+                node = self.nodes[i]
                 self._gpu[i] = self.index.state_and_gpu(node, self.ledger.free(node))[1]
+
+    def unfit(self, signature: str) -> NDArray[np.bool_]:
+        """Nodes known not to take claims of `signature` at their current usage; the caller
+        sets a node's mark when the allocator turns it down (after `catch_up`)."""
+        found = self._unfit.get(signature)
+        if found is None:
+            found = self._unfit[signature] = np.zeros(len(self.nodes), dtype=bool)
+        return found
 
     def _column(self, name: str) -> NDArray[Any]:
         """Free `name` per node (0 where the node has none, or no limits)."""
@@ -130,6 +151,15 @@ class NodeTable:
                 [self.ledger.free(n).get(name, 0) for n in self.nodes]
             )
         return found
+
+    def fitting(self, asks: Sequence[tuple[str, int]]) -> NDArray[np.bool_]:
+        """Per node, whether its free resources take a pod asking `asks` (`asked(requests)`):
+        `Ledger.fits` for every node at once."""
+        fits = self._column(PODS) >= 1
+        for name, amount in asks:
+            fits &= self._column(name) >= amount
+        result: NDArray[np.bool_] = fits | ~self._limited
+        return result
 
     # -- ranking ------------------------------------------------------------------------------
 
@@ -149,11 +179,8 @@ class NodeTable:
             self._build()
         index = self.index
         index.refresh()
-        self._catch_up()
-        fits = self._first & (self._column(PODS) >= 1)
-        for name, amount in asks:
-            fits &= self._column(name) >= amount
-        fits |= self._first & ~self._limited
+        self.catch_up()
+        fits = self._first & self.fitting(asks)
         requested = dict(shape.requests)
         for name in index.names:
             if name in requested:

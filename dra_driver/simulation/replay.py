@@ -75,8 +75,7 @@ class Cluster:
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
         self.fuller_first = fuller_first
-        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
-        self.table = NodeTable(self.nodes, self.ledger, self.index)
+        self._table: NodeTable | None = None
 
     def place_pod(
         self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, retry: bool = False
@@ -104,9 +103,18 @@ class Cluster:
         self._regroup(placement.node)
         return placement
 
+    @property
+    def table(self) -> NodeTable:
+        """The nodes' free resources and states as arrays, made on first use from the ledger
+        and usage the cluster has then."""
+        if self._table is None:
+            self._table = NodeTable(self.nodes, self.ledger, self.usage, self.index)
+        return self._table
+
     def _regroup(self, node: str) -> None:
         """Move `node` to the group of its new state (groups list nodes in node order)."""
-        self.table.moved(node)
+        if self._table is not None:
+            self._table.moved(node)
 
     def _first_fit(
         self, placement: PodPlacement, plans: Sequence[ClaimPlan], asks: list[tuple[str, int]]
@@ -114,20 +122,20 @@ class Cluster:
         """The first node in node order where requests and claims fit. A node where the claims
         did not fit is skipped until its device usage changes (as the Placer does)."""
         signature = "|".join(p.signature for p in plans)
-        for node in self.nodes:
-            if not self.ledger.fits(node, asks):
-                continue
-            if not plans:
-                placement.node, placement.allocations = node, []
-                return
-            version = self.usage.node_version(node)
-            if self._unfit.get((signature, node)) == version:
-                continue
+        fitting = self.table.fitting(asks)
+        if not plans:
+            if fitting.any():
+                placement.node, placement.allocations = self.nodes[int(fitting.argmax())], []
+            return
+        self.table.catch_up()
+        unfit = self.table.unfit(signature)
+        for i in (fitting & ~unfit).nonzero()[0].tolist():
+            node = self.nodes[i]
             result = search_node(
                 self.snapshot, self.usage, plans, node, AllocationMode.FIRST_FIT, self.scoring
             )
             if result.allocations is None:
-                self._unfit[(signature, node)] = version
+                unfit[i] = True
                 continue
             for allocation in result.allocations:
                 self.placer.record(allocation, node)
@@ -179,9 +187,9 @@ class Cluster:
     def _reason(self, requests: Resources, asks: list[tuple[str, int]]) -> str:
         if not self.nodes:
             return "no node to try: none is known, or all are unschedulable"
-        fitting = [n for n in self.nodes if self.ledger.fits(n, asks)]
+        fitting = int(self.table.fitting(asks).sum())
         if fitting:
-            return f"claims do not fit any of the {len(fitting)} node(s) with room for the pod"
+            return f"claims do not fit any of the {fitting} node(s) with room for the pod"
         counts: dict[str, int] = {}
         for node in self.nodes:
             for shortfall in self.ledger.shortfalls(node, requests):
