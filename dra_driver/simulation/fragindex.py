@@ -369,8 +369,9 @@ class FragmentationIndex:
         room of the units that have none. Depends on no workload, so kept for the run."""
         column = self._losses[demand_id]
         data = column.at(len(self._gpu_states))
-        unknown = np.unique(gpus[np.isnan(data[gpus])]).tolist()
-        if unknown:
+        missing = np.isnan(data[gpus])
+        if missing.any():
+            unknown = sorted(set(gpus[missing].tolist()))
             count = self._demands[demand_id].count
             for gpu in unknown:
                 kind, avail = self._gpu_states[gpu]

@@ -63,6 +63,10 @@ class NodeTable:
         """Nodes without allocatable resources take any pod (the ledger's rule)."""
         self._columns: dict[str, NDArray[Any]] = {}
         self._cpu_total: NDArray[Any] | None = None
+        self._before = np.zeros(size)
+        """Per node, the expected fragmentation of its state (key in `_before_key`)."""
+        self._before_key = np.full(size, -1, dtype=np.int64)
+        self._before_table: object = None
         self._unfit: dict[str, NDArray[np.bool_]] = {}
         """Per claim-set signature: nodes whose devices did not take it, until their usage
         changes (first fit skips them)."""
@@ -196,7 +200,7 @@ class NodeTable:
         gpus = self._gpu[nodes]
         if objective is Objective.FRAGMENTATION:
             free = [self._column(name)[nodes] for name in index.names]
-            before = index.values(gpus, index.table.cells_of(free))
+            before = self._fragmentation_now(nodes, gpus, index.table.cells_of(free))
             left = [f - requested.get(n, 0) for f, n in zip(free, index.names, strict=True)]
             after_cells = index.table.cells_of(left)
             value, after, picked = _least(
@@ -229,6 +233,24 @@ class NodeTable:
                 float(after[j]),
                 index.room(gpu_ids[j]),
             )
+
+    def _fragmentation_now(
+        self, nodes: NDArray[np.int64], gpus: NDArray[np.int64], cells: NDArray[np.int64]
+    ) -> NDArray[np.float64]:
+        """The nodes' expected fragmentation as they are: kept per node, looked up again only
+        for nodes whose state changed (most did not since the last pod)."""
+        table = self.index.table
+        if self._before_table is not table:
+            self._before_table = table
+            self._before_key[:] = -1
+        keys = gpus * table.cells + cells
+        stale = keys != self._before_key[nodes]
+        if stale.any():
+            rows = nodes[stale]
+            self._before[rows] = self.index.values(gpus[stale], cells[stale])
+            self._before_key[rows] = keys[stale]
+        result: NDArray[np.float64] = self._before[nodes]
+        return result
 
     def _cpu_left(self, nodes: NDArray[np.int64], cpu: int) -> NDArray[np.float64]:
         """Best fit's tie: the share of the node's allocatable CPU left after the pod (0 for a
