@@ -101,12 +101,15 @@ def _expected(
     standing for it."""
     index = sim.index
     scored = sim.policy is PodPolicy.SCORED
-    groups: dict[object, str] = {}
+    groups: dict[tuple[int, tuple[float, ...], tuple[int, ...]], str] = {}
     for node in sim.nodes:
-        free = sim.ledger.free(node)
-        units = index.rooms.node(node)
-        avail = index.rooms.availability(sim.usage, node)
-        key = (units.signature, avail, tuple(free.get(n, 0) for n in index.names))
+        resources = sim.ledger.free(node)
+        signature = index.rooms.node(node).signature
+        key = (
+            signature,
+            index.rooms.availability(sim.usage, node),
+            tuple(resources.get(n, 0) for n in index.names),
+        )
         groups.setdefault(key, node)
     ranked: list[tuple[float, float, int, Choice]] = []
     asks = asked(requests)
