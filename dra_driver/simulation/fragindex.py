@@ -390,15 +390,13 @@ class FragmentationIndex:
     def values(self, gpus: NDArray[np.int64], cells: NDArray[np.int64]) -> NDArray[np.float64]:
         """Expected fragmentation of the states (GPU state id, cell), element by element."""
         table = self.table
-        distinct, where = np.unique(gpus * table.cells + cells, return_inverse=True)
-        keys = distinct.tolist()
+        keys = (gpus * table.cells + cells).tolist()
         get = table.values.get
         out = [get(k) for k in keys]
         if None in out:
-            self._compute([k for k, v in zip(keys, out, strict=True) if v is None])
+            self._compute(sorted({k for k, v in zip(keys, out, strict=True) if v is None}))
             out = [get(k) for k in keys]
-        found: NDArray[np.float64] = np.array(out, dtype=np.float64)[where]
-        return found
+        return np.array(out, dtype=np.float64)
 
     def _compute(self, keys: Sequence[int]) -> None:
         table = self.table
@@ -440,7 +438,8 @@ class FragmentationIndex:
             return np.ones(len(gpus), dtype=np.int64), [gpus]
         did = self.demand_id(demand)
         counts = self._option_count[did].at(len(self._gpu_states))
-        unknown = np.unique(gpus[counts[gpus] < 0]).tolist()
+        missing = counts[gpus] < 0
+        unknown = sorted(set(gpus[missing].tolist())) if missing.any() else []
         afters = self._option_after[did]
         for gpu in unknown:
             kind, avail = self._gpu_states[gpu]

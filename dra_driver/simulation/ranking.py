@@ -217,8 +217,7 @@ class NodeTable:
             tie = index.rooms_of(gpus)
         else:
             tie = np.zeros(len(nodes))
-        distinct_values, by_value = np.unique(value, return_inverse=True)
-        rounded = np.array([round(v, 9) for v in distinct_values.tolist()])[by_value]
+        rounded = round9(value)
         order = np.lexsort((nodes, tie, rounded)).tolist()
         rows, ways, gpu_ids = nodes.tolist(), picked.tolist(), gpus.tolist()
         for j in order:
@@ -290,3 +289,19 @@ def _least(
         after[wins] = then[better]
         picked[wins] = k
     return value, after, picked
+
+
+def round9(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`round(v, 9)` of each value, as Python rounds: the nearest double to the value's exact
+    decimal rounded half-even to 9 places. Scaling by 1e9 in floats picks the same integer
+    except within float error of a half (or for huge values); those few go through `round`.
+    The division is then the nearest double to that integer / 1e9, as Python's result is."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = values * 1e9
+        out: NDArray[np.float64] = np.rint(scaled) / 1e9
+        doubtful = np.flatnonzero(
+            (np.abs(scaled - np.floor(scaled) - 0.5) < 1e-4) | ~(np.abs(values) < 1e6)
+        )
+    for i in doubtful.tolist():
+        out[i] = round(float(values[i]), 9)
+    return out

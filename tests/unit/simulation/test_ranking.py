@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from dra_driver.allocator import ClusterSnapshot
@@ -25,6 +26,7 @@ from dra_driver.noderesources import CPU, Resources, pod_requests
 from dra_driver.simulation.fragindex import EPS, Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import asked
 from dra_driver.simulation.pods import key_of, pod_claims
+from dra_driver.simulation.ranking import round9
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.simulation.rooms import unit_rooms
 from dra_driver.simulation.workload import Shape, shape_of
@@ -230,3 +232,16 @@ def test_the_choice_of_one_node_equals_the_ranking() -> None:
                 assert sim.index.choose(choice.node, free, placement.shape, FRAGMENTATION) == choice
                 compared += 1
     assert compared > 50
+
+
+def test_rounding_to_9_places_is_pythons() -> None:
+    """The ranking rounds all values at once; it must round exactly as `round(v, 9)`, halves
+    (exact and within float error) and huge values included."""
+    rng = random.Random(3)
+    values = [rng.uniform(-10, 10) for _ in range(20_000)]
+    values += [
+        rng.randint(-(10**6), 10**6) / 1e9 + rng.choice([0.0, 5e-10, -5e-10, 1e-16, -1e-16])
+        for _ in range(20_000)
+    ]
+    values += [1 / 1024, -1 / 1024, 0.0, -0.0, 2.5e-9, 1e7 + 0.1234567895, 1e300, float("inf")]
+    assert round9(np.array(values)).tolist() == [round(v, 9) for v in values]
