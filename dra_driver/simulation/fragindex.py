@@ -9,7 +9,7 @@ fragmentation weighs the shapes by the learned workload (workload.py). A pod goe
 and the unit on it, that increases expected fragmentation least.
 
 Shapes are weighed by their share of the pods, as in the paper; the most common ones that
-together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a node state costs one
+together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a new GPU state costs one
 pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). Weighing shapes
 by the device room they ask for instead was measured and rejected: it helps where pods mostly
 share GPUs and costs several points where pods are pinned to models (docs/performance.md).
@@ -21,10 +21,34 @@ keeps the emptier ones whole for the large shapes (on the openb traces it beat n
 and tied on the third; random ties did as well on the one seed tried, but make a replay
 unrepeatable; docs/performance.md).
 
-Every node is considered: nodes in equal states (same devices, availability and free resources)
-share one evaluation, and evaluations are cached per state until the workload is refreshed. The
-score only ranks; the allocator decides fit, so a node whose real allocation fails is skipped
-and, when no ranked node takes the pod, the caller falls back to first fit.
+Every node is considered (ranking.py ranks them all at once; `choose` answers for one node).
+The score only ranks; the allocator decides fit, so a node whose real allocation fails is
+skipped and, when no ranked node takes the pod, the caller falls back to first fit.
+
+How the formula is evaluated, and why it is cheap enough for every node of every pod. A node's
+expected fragmentation is
+
+    F = sum over kept shapes s, in order, of  p_s * total room       if its free CPU or memory
+                                                                     cannot take s
+                                              p_s * loss(GPU state, demand of s)   otherwise
+
+(0 for a shape without devices; F = 0 when the node has no room). Evaluated as written, once per
+node state, it cost a pass over the shapes and their units per node: pods of production traces
+have nearly unique CPU and memory requests, so after-states never repeat and a pod cost about a
+thousand passes. The pieces are now cached where they repeat:
+
+- *GPU states.* The devices' part depends only on the node's kind (`NodeUnits.kind`: devices
+  equal but for the node and pool they are on) and availability; the pair is numbered once
+  (`gpu_id`), and its room, its loss per distinct device demand (`losses`), and its placement
+  options per demand with the GPU state after each (`option_arrays`) are kept for the run: they
+  depend on no workload.
+- *Cells.* Free CPU and memory enter only through "is it below shape s's request", so only
+  their position among the distinct amounts the kept shapes request matters: a cell
+  (`ShapeTable`). F is cached per (GPU state, cell) for the workload version.
+- *Exact floats.* A missing F is computed for many keys at once as the same products, added by
+  a sequential cumulative sum in shape order: the same additions, in the same order, as the loop
+  above, so values (and therefore ranks and ties, compared on `round(value, 9)`) are bit for bit
+  those of the straightforward evaluation (tests/unit/simulation/test_ranking.py compares them).
 """
 
 from __future__ import annotations
@@ -205,7 +229,7 @@ class FragmentationIndex:
         self._node_of: dict[int, str] = {}
         """Per node kind, a node of the kind: it does the GPU work for all of them."""
         self._kind_matches: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], ...]] = {}
-        """(kind, demand id) -> `matching` on a node of the kind."""
+        """(kind, demand id) -> `_least_avail`."""
         self._room: list[float] = []
         """Per GPU state id: the free device room (sum of its units' rooms)."""
         self._room_array = PerGpu(np.float64, 0.0)
@@ -249,10 +273,14 @@ class FragmentationIndex:
             self._matches[key] = found
         return found
 
-    def _matched(self, kind: int, demand_id: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+    def _least_avail(self, kind: int, demand_id: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+        """Per unit of a node of `kind`: (device index, the least availability at which it
+        still takes the demand: its size less EPS) for the devices the demand's selectors
+        accept."""
         found = self._kind_matches.get((kind, demand_id))
         if found is None:
-            found = self.matching(self._node_of[kind], self._demands[demand_id])
+            matched = self.matching(self._node_of[kind], self._demands[demand_id])
+            found = tuple(tuple((i, size - EPS) for i, size in unit) for unit in matched)
             self._kind_matches[(kind, demand_id)] = found
         return found
 
@@ -378,9 +406,11 @@ class FragmentationIndex:
                 rooms = self._unit_rooms[gpu]
                 usable = 0
                 lost = 0.0
-                for u, matched in enumerate(self._matched(kind, demand_id)):
-                    if any(avail[i] >= size - EPS for i, size in matched):
-                        usable += 1
+                for u, matched in enumerate(self._least_avail(kind, demand_id)):
+                    for i, least in matched:
+                        if avail[i] >= least:
+                            usable += 1
+                            break
                     else:
                         lost += rooms[u]
                 data[gpu] = self._room[gpu] if usable < count else lost
@@ -395,7 +425,8 @@ class FragmentationIndex:
         out = [get(k) for k in keys]
         if None in out:
             self._compute(sorted({k for k, v in zip(keys, out, strict=True) if v is None}))
-            out = [get(k) for k in keys]
+            known = table.values
+            out = [known[k] if v is None else v for k, v in zip(keys, out, strict=True)]
         return np.array(out, dtype=np.float64)
 
     def _compute(self, keys: Sequence[int]) -> None:

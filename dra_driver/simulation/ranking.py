@@ -1,23 +1,27 @@
-"""Ranking every node for a pod at once: the replay's scored and best-fit node choice.
+"""Every node at once for a pod: the replay's node ranking and its first-fit scan.
 
 `FragmentationIndex.choose` answers for one node; a pod of the replay needs the answer for every
 node, and on a cluster of a thousand nodes whose free CPU and memory all differ, one node at a
-time is most of a replay's cost. `NodeTable` keeps what the ranking reads of each node in arrays
-(its GPU state id, its free amount of each resource the pods ask for, whether it stands for its
-group) and computes, for all nodes in one pass, what `choose` would: whether the pod fits, each
-placement option's value, the best option under the same tie rule, and the order of the ranking.
+time was most of a replay's cost. `NodeTable` keeps what the replay reads of each node in arrays
+(its GPU state id, its free amount of each resource pods ask for, whether it stands for its
+group, its expected fragmentation as it is) and computes, for all nodes in one pass, what
+`choose` would: whether the pod fits, each placement option's value, the best option under the
+same EPS rule, and the order of the ranking.
 
 The groups are those the ranking has always used: nodes in equal states (devices, availability,
 free CPU and memory) form one group, and its first node in node order stands for it. The first
-node's fit decides for the group, and only it is ranked; ranking then orders by the value rounded
+node's fit decides for the group, and only it is ranked; the ranking orders by the value rounded
 to 9 decimals, then the tie (free device room, or the CPU share left for best fit), then node
-order. Values are the floats `choose` computes (fragindex.py says why they are bit for bit the
-same), rounded by Python's `round`, so orders and ties are exactly those of ranking one node at a
-time.
+order. The values are the floats `choose` computes (fragindex.py says why they are bit for bit
+the same) and are rounded as Python's `round` rounds (`round9`), so orders and ties are exactly
+those of ranking one node at a time.
 
-A node's GPU state changes when a pod lands on it or leaves it (the replay says so through
-`moved`) and, for devices whose counters span nodes, when another node's usage changes: those
-are read from the usage's change log before each ranking.
+First fit reads the same arrays: the nodes whose free resources take the pod, in node order,
+less those the allocator turned down for the same claims since their usage last changed.
+
+A node's state changes when a pod lands on it or leaves it (the replay says so through `moved`)
+and, for devices whose counters span nodes, when another node's usage changes: those are read
+from the usage's change log (`catch_up`).
 """
 
 from __future__ import annotations
