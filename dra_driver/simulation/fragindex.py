@@ -421,8 +421,7 @@ class FragmentationIndex:
         """Expected fragmentation of the states (GPU state id, cell), element by element."""
         table = self.table
         keys = (gpus * table.cells + cells).tolist()
-        get = table.values.get
-        out = [get(k) for k in keys]
+        out = list(map(table.values.get, keys))
         if None in out:
             self._compute(sorted({k for k, v in zip(keys, out, strict=True) if v is None}))
             known = table.values
