@@ -156,11 +156,15 @@ def _expected(
     return [r[3] for r in ranked]
 
 
-def _replay_and_compare(policy: PodPolicy, seed: int, fuller_first: bool = True) -> int:
+def _replay_and_compare(
+    policy: PodPolicy, seed: int, fuller_first: bool = True, huge_memory: bool = False
+) -> int:
     """Replays random pods on a random cluster; every pod's ranking must equal the slow one.
     Returns how many rankings had a node whose CPU or memory failed a kept shape."""
     rng = random.Random(seed)
     rows = _nodes(rng, 12)
+    if huge_memory:
+        rows[3]["memory_mib"] = str(10**13)  # more bytes than a 64-bit integer holds
     nodes, slices, classes = cluster(rows)
     sim = Cluster(
         ClusterSnapshot.build(slices, classes, nodes),
@@ -212,6 +216,11 @@ def test_node_order_ties_equal_the_formula_node_by_node(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_best_fit_ranking_equals_the_formula_node_by_node(seed: int) -> None:
     _replay_and_compare(PodPolicy.BEST_FIT, seed)
+
+
+@pytest.mark.parametrize("policy", [PodPolicy.SCORED, PodPolicy.BEST_FIT])
+def test_quantities_past_64_bits_compare_exactly(policy: PodPolicy) -> None:
+    _replay_and_compare(policy, 1, huge_memory=True)
 
 
 def test_the_choice_of_one_node_equals_the_ranking() -> None:
