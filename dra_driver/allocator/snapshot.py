@@ -261,6 +261,11 @@ class Device:
 
     def content(self) -> tuple[object, ...]:
         """Everything the allocator reads of the device, as a hashable value (equal devices)."""
+        return (*self.layout(), self.node_name)
+
+    def layout(self) -> tuple[object, ...]:
+        """`content` but the node the device is bound to: equal for the same device on
+        another node (selectors cannot read the node)."""
         return (
             self.name,
             self.driver,
@@ -270,7 +275,6 @@ class Device:
             self.consumes,
             self.taints,
             self.allow_multiple,
-            self.node_name,
             self.all_nodes,
             repr(self.node_selector),
             self.has_binding_conditions,

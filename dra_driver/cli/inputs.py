@@ -6,6 +6,8 @@ the file, because a typo in `kind` would otherwise silently drop devices or clai
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +75,51 @@ def load_objects(path: Path) -> ClusterObjects:
         text = path.read_text()
     except OSError as err:
         raise InputFileError(f"{path}: {err.strerror}") from None
-    try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        raise InputFileError(f"{path}: not valid YAML: {err}") from None
+    documents = _documents(path, text)
     objects = ClusterObjects()
     for index, doc in enumerate(documents):
         if doc is None:
             continue
         _add(objects, doc, f"{path} document {index + 1}")
     return objects
+
+
+_NOT_JSON = object()
+_YAML_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?")
+"""A JSON number YAML 1.1 also reads as a float: a dot, and a sign on any exponent."""
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _documents(path: Path, text: str) -> list[object]:
+    """The file's documents. A large input is read fast when it is JSON (which is YAML) and
+    with libyaml otherwise; what is read is what the YAML reader makes of the same text, and
+    errors are worded by the pure-Python YAML reader, as they always were."""
+    parsed = _json(text)
+    if parsed is not _NOT_JSON:
+        return [parsed]
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None:
+        try:
+            return list(yaml.load_all(text, Loader=fast))
+        except yaml.YAMLError:
+            pass  # read again below, for the error's usual wording
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        raise InputFileError(f"{path}: not valid YAML: {err}") from None
+
+
+def _json(text: str) -> object:
+    """`text` read as JSON with YAML 1.1's scalars (`1e3` and `NaN` stay strings, as YAML reads
+    them), or `_NOT_JSON`. Surrogate escapes are left to YAML, which reads them apart."""
+    start = text.lstrip()[:1]
+    if start not in ("{", "[") or _SURROGATE.search(text):
+        return _NOT_JSON
+    try:
+        return json.loads(
+            text,
+            parse_float=lambda s: float(s) if _YAML_FLOAT.fullmatch(s) else s,
+            parse_constant=lambda s: s,
+        )
+    except ValueError:
+        return _NOT_JSON

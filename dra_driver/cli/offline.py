@@ -11,15 +11,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dra_driver.allocator import AllocationMode, InputError
-from dra_driver.cli.explain import explain_claim
-from dra_driver.cli.explain_pod import explain_pod
 from dra_driver.cli.inputs import InputFileError, load_objects
-from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress, simulate_all
 from dra_driver.queues.spec import format_gpu
 from dra_driver.simulation.allocation_report import ReportPoint, ReportRow, parse_points
+
+if TYPE_CHECKING:
+    from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +122,9 @@ def _progress() -> Progress | None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    # Imported here: the replay loads numpy, which the other commands do not need.
+    from dra_driver.cli.simulate import simulate_all  # noqa: PLC0415
+
     progress = _progress()
     try:
         outcomes: Outcomes = simulate_all(
@@ -157,6 +160,9 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from dra_driver.cli.explain import explain_claim  # noqa: PLC0415 - see run_simulate
+    from dra_driver.cli.explain_pod import explain_pod  # noqa: PLC0415
+
     try:
         objects = load_objects(args.input)
         if args.pod is not None:

@@ -9,7 +9,7 @@ fragmentation weighs the shapes by the learned workload (workload.py). A pod goe
 and the unit on it, that increases expected fragmentation least.
 
 Shapes are weighed by their share of the pods, as in the paper; the most common ones that
-together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a node state costs one
+together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a new GPU state costs one
 pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). Weighing shapes
 by the device room they ask for instead was measured and rejected: it helps where pods mostly
 share GPUs and costs several points where pods are pinned to models (docs/performance.md).
@@ -21,17 +21,46 @@ keeps the emptier ones whole for the large shapes (on the openb traces it beat n
 and tied on the third; random ties did as well on the one seed tried, but make a replay
 unrepeatable; docs/performance.md).
 
-Every node is considered: nodes in equal states (same devices, availability and free resources)
-share one evaluation, and evaluations are cached per state until the workload is refreshed. The
-score only ranks; the allocator decides fit, so a node whose real allocation fails is skipped
-and, when no ranked node takes the pod, the caller falls back to first fit.
+Every node is considered (ranking.py ranks them all at once; `choose` answers for one node).
+The score only ranks; the allocator decides fit, so a node whose real allocation fails is
+skipped and, when no ranked node takes the pod, the caller falls back to first fit.
+
+How the formula is evaluated, and why it is cheap enough for every node of every pod. A node's
+expected fragmentation is
+
+    F = sum over kept shapes s, in order, of  p_s * total room       if its free CPU or memory
+                                                                     cannot take s
+                                              p_s * loss(GPU state, demand of s)   otherwise
+
+(0 for a shape without devices; F = 0 when the node has no room). Evaluated as written, once per
+node state, it cost a pass over the shapes and their units per node: pods of production traces
+have nearly unique CPU and memory requests, so after-states never repeat and a pod cost about a
+thousand passes. The pieces are now cached where they repeat:
+
+- *GPU states.* The devices' part depends only on the node's kind (`NodeUnits.kind`: devices
+  equal but for the node and pool they are on) and availability; the pair is numbered once
+  (`gpu_id`), and its room, its loss per distinct device demand (`losses`), and its placement
+  options per demand with the GPU state after each (`option_arrays`) are kept for the run: they
+  depend on no workload.
+- *Cells.* Free CPU and memory enter only through "is it below shape s's request", so only
+  their position among the distinct amounts the kept shapes request matters: a cell
+  (`ShapeTable`). F is cached per (GPU state, cell) for the workload version.
+- *Exact floats.* A missing F is computed for many keys at once as the same products, added by
+  a sequential cumulative sum in shape order: the same additions, in the same order, as the loop
+  above, so values (and therefore ranks and ties, compared on `round(value, 9)`) are bit for bit
+  those of the straightforward evaluation (tests/unit/simulation/test_ranking.py compares them).
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from dra_driver.allocator import ClusterSnapshot, Usage
 from dra_driver.allocator.capacity import share_demand
@@ -45,7 +74,7 @@ EPS = 1e-9
 COVERAGE = 0.95
 """The shapes kept are the most common ones that together make up this share of the pods."""
 MAX_SHAPES = 48
-"""...and no more than this many: a node's fragmentation costs one pass per shape kept."""
+"""...and no more than this many: a GPU state's terms cost one pass per shape kept."""
 
 
 class Objective(enum.StrEnum):
@@ -69,6 +98,109 @@ class Choice:
 
 
 State = tuple[int, tuple[float, ...], tuple[int, ...]]
+"""A node as the score sees it: (device signature, availability per device, free resources)."""
+GpuState = tuple[int, tuple[float, ...]]
+"""The device part of a state, for any node of the kind (`NodeUnits.kind`): (kind,
+availability per device). The index numbers these: GPU state ids."""
+Option = tuple[tuple[int, ...], int]
+"""One way to place a demand: (device indexes picked on the node, GPU state id after)."""
+
+
+def int_array(values: Sequence[int]) -> NDArray[Any]:
+    """Quantities as an array that compares exactly: int64 when they fit, else Python ints."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array(values, dtype=object)
+
+
+class PerGpu:
+    """One value per GPU state id, in an array grown as states are numbered (`fill` marks a
+    value not computed yet)."""
+
+    def __init__(self, dtype: type[np.generic], fill: float) -> None:
+        self.fill = fill
+        self.data: NDArray[Any] = np.full(0, fill, dtype=dtype)
+
+    def at(self, size: int) -> NDArray[Any]:
+        have = len(self.data)
+        if have < size:
+            grown = np.full(max(2 * have, size, 1024), self.fill, dtype=self.data.dtype)
+            grown[:have] = self.data
+            self.data = grown
+        return self.data
+
+
+class ShapeTable:
+    """The shapes kept for one workload version, laid out so that a node's expected
+    fragmentation is a lookup: (GPU state id, CPU/memory cell) -> value.
+
+    A shape's node requests enter the formula only through "does the node's free CPU/memory
+    fall short of them", so the free resources matter only through where they lie among the
+    distinct amounts the kept shapes request: a *cell* numbers those positions (per resource,
+    how many of its distinct amounts are at most the free amount), and `fail[cell, s]` says
+    whether shape `s` cannot fit for resources in that cell. The device part of each shape's
+    term depends only on the GPU state and the shape's device demand (`FragmentationIndex.
+    losses`). A value is the shapes' terms, each replaced by `p * total room` where the cell
+    fails the shape, added in shape order exactly as the straightforward loop adds them (numpy's
+    cumulative sum is sequential, so the floats are bit for bit the same)."""
+
+    def __init__(
+        self,
+        weighted: Sequence[tuple[Shape, float]],
+        names: Sequence[str],
+        demand_ids: Sequence[int],
+    ) -> None:
+        self.weighted = list(weighted)
+        self.p = np.array([p for _, p in self.weighted], dtype=np.float64)
+        by_demand: dict[int, list[int]] = {}
+        for s, did in enumerate(demand_ids):
+            if did >= 0:
+                by_demand.setdefault(did, []).append(s)
+        self.by_demand = [(did, np.array(shapes)) for did, shapes in by_demand.items()]
+        """(demand id, the shapes with that demand): shapes without devices have no term."""
+        requested = [dict(shape.requests) for shape, _ in self.weighted]
+        self.thresholds: list[list[int]] = []
+        self.arrays: list[NDArray[Any]] = []
+        self.strides: list[int] = []
+        stride = 1
+        for name in names:
+            amounts = sorted({r[name] for r in requested if name in r})
+            self.thresholds.append(amounts)
+            self.arrays.append(int_array(amounts))
+            self.strides.append(stride)
+            stride *= len(amounts) + 1
+        self.cells = stride
+        fail = np.zeros((self.cells, len(self.weighted)), dtype=bool)
+        numbers = np.arange(self.cells)
+        for name, amounts, step in zip(names, self.thresholds, self.strides, strict=True):
+            ranks = (numbers // step) % (len(amounts) + 1)
+            position = {amount: k for k, amount in enumerate(amounts)}
+            # A shape fails on `name` when it asks more than is free: its amount's position is
+            # at or past the count of amounts at most the free amount. -1: not asked.
+            where = np.array([position[r[name]] if name in r else -1 for r in requested])
+            if len(where):
+                fail |= where[None, :] >= ranks[:, None]
+        self.fail = fail
+        self.values: dict[int, float] = {}
+        """(GPU state id * cells + cell) -> expected fragmentation."""
+
+    def cell(self, free: Sequence[int]) -> int:
+        return sum(
+            bisect.bisect_right(amounts, f) * step
+            for amounts, f, step in zip(self.thresholds, free, self.strides, strict=True)
+        )
+
+    def cells_of(self, free: Sequence[NDArray[Any]]) -> NDArray[np.int64]:
+        """`cell` for many nodes at once: `free` holds one array per resource name."""
+        if any(column.dtype == object for column in free):
+            rows = zip(*(column.tolist() for column in free), strict=True)
+            return np.array([self.cell(row) for row in rows], dtype=np.int64)
+        out = np.zeros(len(free[0]) if free else 0, dtype=np.int64)
+        for amounts, column, step in zip(self.arrays, free, self.strides, strict=True):
+            if len(amounts):
+                out += np.searchsorted(amounts, column, side="right").astype(np.int64) * step
+        return out
 
 
 class FragmentationIndex:
@@ -89,14 +221,32 @@ class FragmentationIndex:
             tuple[str, tuple[object, ...]], tuple[tuple[tuple[int, float], ...], ...]
         ] = {}
         self._conflicts: dict[int, tuple[frozenset[int], ...]] = {}
-        self._f: dict[State, float] = {}
-        self._choices: dict[
-            tuple[State, tuple[object, ...], str],
-            tuple[float, tuple[int, ...], float, float] | None,
-        ] = {}
         self._version = -1
-        self._weighted: list[tuple[Shape, float]] = []
-        self._states: dict[str, tuple[object, State]] = {}
+        self.table = ShapeTable([], self.names, [])
+        self._states: dict[str, tuple[object, State, int]] = {}
+        self._gpu_ids: dict[GpuState, int] = {}
+        self._gpu_states: list[GpuState] = []
+        self._node_of: dict[int, str] = {}
+        """Per node kind, a node of the kind: it does the GPU work for all of them."""
+        self._kind_matches: dict[tuple[int, int], tuple[tuple[tuple[int, float], ...], ...]] = {}
+        """(kind, demand id) -> `_least_avail`."""
+        self._room: list[float] = []
+        """Per GPU state id: the free device room (sum of its units' rooms)."""
+        self._room_array = PerGpu(np.float64, 0.0)
+        self._rooms_filled = 0
+        """How much of `_room` the array holds: rooms are read for every node of a ranking."""
+        self._unit_rooms: list[list[float]] = []
+        self._demand_ids: dict[tuple[object, ...], int] = {}
+        self._demands: list[Demand] = []
+        """Demands numbered: their keys are deep tuples, slow to hash per node."""
+        self._option_count: dict[int, PerGpu] = {}
+        """Per demand id, per GPU state id: how many options (-1: not computed yet)."""
+        self._option_after: dict[int, list[PerGpu]] = {}
+        """Per demand id, per option number: the GPU state id after it (-1: none)."""
+        self._picked: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        """(GPU state id, demand id) -> the device indexes each option picks."""
+        self._losses: dict[int, PerGpu] = {}
+        """Per demand id, per GPU state id: the room a shape with that demand cannot use."""
 
     # -- static structure -----------------------------------------------------------------
 
@@ -121,6 +271,17 @@ class FragmentationIndex:
                 for unit in units.units
             )
             self._matches[key] = found
+        return found
+
+    def _least_avail(self, kind: int, demand_id: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+        """Per unit of a node of `kind`: (device index, the least availability at which it
+        still takes the demand: its size less EPS) for the devices the demand's selectors
+        accept."""
+        found = self._kind_matches.get((kind, demand_id))
+        if found is None:
+            matched = self.matching(self._node_of[kind], self._demands[demand_id])
+            found = tuple(tuple((i, size - EPS) for i, size in unit) for unit in matched)
+            self._kind_matches[(kind, demand_id)] = found
         return found
 
     def _size(self, device: Device, capacity: Mapping[str, Number]) -> float:
@@ -157,21 +318,63 @@ class FragmentationIndex:
 
     def state(self, node: str, free: Mapping[str, int]) -> State:
         """Cached per node until its device usage or its free resources change."""
+        return self.state_and_gpu(node, free)[0]
+
+    def state_and_gpu(self, node: str, free: Mapping[str, int]) -> tuple[State, int]:
+        """The node's state and its GPU state id."""
         stamp = (self.usage.node_version(node), tuple(free.get(n, 0) for n in self.names))
         cached = self._states.get(node)
         if cached is not None and cached[0] == stamp:
-            return cached[1]
+            return cached[1], cached[2]
         units = self.rooms.node(node)
-        state = (units.signature, self.rooms.availability(self.usage, node), stamp[1])
-        self._states[node] = (stamp, state)
-        return state
+        avail = self.rooms.availability(self.usage, node)
+        state = (units.signature, avail, stamp[1])
+        gpu = self.gpu_id(node, units, avail)
+        self._states[node] = (stamp, state, gpu)
+        return state, gpu
 
-    def _refresh(self) -> None:
+    def gpu_id(self, node: str, units: NodeUnits, avail: Sequence[float]) -> int:
+        """The id of (the node's kind, `avail`): numbered once, kept for the run."""
+        key = (units.kind, tuple(avail))
+        found = self._gpu_ids.get(key)
+        if found is None:
+            found = self._gpu_ids[key] = len(self._gpu_states)
+            self._gpu_states.append(key)
+            self._node_of.setdefault(units.kind, node)
+            rooms = unit_rooms(units, key[1])
+            self._unit_rooms.append(rooms)
+            self._room.append(sum(rooms))
+        return found
+
+    def room(self, gpu: int) -> float:
+        return self._room[gpu]
+
+    def rooms_of(self, gpus: NDArray[np.int64]) -> NDArray[np.float64]:
+        size = len(self._room)
+        data = self._room_array.at(size)
+        if self._rooms_filled < size:
+            data[self._rooms_filled : size] = self._room[self._rooms_filled :]
+            self._rooms_filled = size
+        result: NDArray[np.float64] = data[gpus]
+        return result
+
+    def demand_id(self, demand: Demand) -> int:
+        found = self._demand_ids.get(demand.key)
+        if found is None:
+            found = self._demand_ids[demand.key] = len(self._demands)
+            self._demands.append(demand)
+            self._option_count[found] = PerGpu(np.int64, -1)
+            self._option_after[found] = []
+            self._losses[found] = PerGpu(np.float64, np.nan)
+        return found
+
+    def refresh(self) -> None:
+        """Take the workload's current shapes when it was refreshed since the last call."""
         if self._version != self.workload.version:
             self._version = self.workload.version
-            self._f.clear()
-            self._choices.clear()
-            self._weighted = self.weighted(self.workload.distribution())
+            weighted = self.weighted(self.workload.distribution())
+            ids = [-1 if s.demand is None else self.demand_id(s.demand) for s, _ in weighted]
+            self.table = ShapeTable(weighted, self.names, ids)
 
     def weighted(self, distribution: Sequence[tuple[Shape, float]]) -> list[tuple[Shape, float]]:
         """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
@@ -186,107 +389,159 @@ class FragmentationIndex:
             mass += p
         return [(shape, p / mass) for shape, p in kept] if mass > 0 else []
 
-    def fragmentation(self, node: str, avail: Sequence[float], free: tuple[int, ...]) -> float:
-        units = self.rooms.node(node)
-        key = (units.signature, tuple(avail), free)
-        found = self._f.get(key)
-        if found is None:
-            found = self._fragmentation(node, units, avail, free, self._weighted)
-            self._f[key] = found
-        return found
+    # -- the fragmentation formula -------------------------------------------------------------
 
-    def _fragmentation(
-        self,
-        node: str,
-        units: NodeUnits,
-        avail: Sequence[float],
-        free: tuple[int, ...],
-        distribution: Sequence[tuple[Shape, float]],
-    ) -> float:
-        rooms = unit_rooms(units, avail)
-        total = sum(rooms)
-        if total <= EPS:
-            return 0.0
-        where = {n: i for i, n in enumerate(self.names)}
-        expected = 0.0
-        for shape, p in distribution:
-            if any(free[where[n]] < amount for n, amount in shape.requests if n in where):
-                expected += p * total
-                continue
-            demand = shape.demand
-            if demand is None:
-                continue
-            usable = 0
-            lost = 0.0
-            for u, matched in enumerate(self.matching(node, demand)):
-                if any(avail[i] >= size - EPS for i, size in matched):
-                    usable += 1
-                else:
-                    lost += rooms[u]
-            expected += p * (total if usable < demand.count else lost)
-        return expected
+    def losses(self, gpus: NDArray[np.int64], demand_id: int) -> NDArray[np.float64]:
+        """Per GPU state: what a shape with the demand cannot use of its room: all of it when
+        fewer units than the demand's count have a matching device that still fits, else the
+        room of the units that have none. Depends on no workload, so kept for the run."""
+        column = self._losses[demand_id]
+        data = column.at(len(self._gpu_states))
+        missing = np.isnan(data[gpus])
+        if missing.any():
+            unknown = sorted(set(gpus[missing].tolist()))
+            count = self._demands[demand_id].count
+            for gpu in unknown:
+                kind, avail = self._gpu_states[gpu]
+                rooms = self._unit_rooms[gpu]
+                usable = 0
+                lost = 0.0
+                for u, matched in enumerate(self._least_avail(kind, demand_id)):
+                    for i, least in matched:
+                        if avail[i] >= least:
+                            usable += 1
+                            break
+                    else:
+                        lost += rooms[u]
+                data[gpu] = self._room[gpu] if usable < count else lost
+        result: NDArray[np.float64] = data[gpus]
+        return result
+
+    def values(self, gpus: NDArray[np.int64], cells: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Expected fragmentation of the states (GPU state id, cell), element by element."""
+        table = self.table
+        keys = (gpus * table.cells + cells).tolist()
+        out = list(map(table.values.get, keys))
+        if None in out:
+            self._compute(sorted({k for k, v in zip(keys, out, strict=True) if v is None}))
+            known = table.values
+            out = [known[k] if v is None else v for k, v in zip(keys, out, strict=True)]
+        return np.array(out, dtype=np.float64)
+
+    def _compute(self, keys: Sequence[int]) -> None:
+        table = self.table
+        numbers = np.array(keys, dtype=np.int64)
+        gpus, cells = numbers // table.cells, numbers % table.cells
+        total = self.rooms_of(gpus)
+        if table.p.size == 0:
+            sums = np.zeros(len(keys))
+        else:
+            full = table.p[None, :] * total[:, None]
+            lost = np.zeros((len(keys), len(table.p)))
+            for did, shapes in table.by_demand:
+                lost[:, shapes] = self.losses(gpus, did)[:, None]
+            terms = np.where(table.fail[cells], full, table.p[None, :] * lost)
+            # Sequential, in shape order: the same additions as summing the terms in a loop.
+            sums = np.cumsum(terms, axis=1)[:, -1]
+            sums[total <= EPS] = 0.0
+        for key, value in zip(keys, sums.tolist(), strict=True):
+            table.values[key] = value
+
+    def fragmentation(self, node: str, avail: Sequence[float], free: tuple[int, ...]) -> float:
+        """Expected fragmentation of `node` with device availability `avail` and free
+        resources `free` (per resource name), under the current table."""
+        gpu = self.gpu_id(node, self.rooms.node(node), avail)
+        return self._value(gpu, self.table.cell(free))
+
+    def _value(self, gpu: int, cell: int) -> float:
+        return float(self.values(np.array([gpu]), np.array([cell]))[0])
 
     # -- choosing -----------------------------------------------------------------------------
+
+    def option_arrays(
+        self, gpus: NDArray[np.int64], demand: Demand | None
+    ) -> tuple[NDArray[np.int64], list[NDArray[np.int64]]]:
+        """For each GPU state: how many ways there are to place `demand`, and per way number,
+        the GPU state id after it (-1 past the count). A pod without devices has one way that
+        changes nothing."""
+        if demand is None:
+            return np.ones(len(gpus), dtype=np.int64), [gpus]
+        did = self.demand_id(demand)
+        counts = self._option_count[did].at(len(self._gpu_states))
+        missing = counts[gpus] < 0
+        unknown = sorted(set(gpus[missing].tolist())) if missing.any() else []
+        afters = self._option_after[did]
+        for gpu in unknown:
+            kind, avail = self._gpu_states[gpu]
+            node = self._node_of[kind]
+            units = self.rooms.node(node)
+            picks = self._pick(node, avail, demand)
+            after = [
+                self.gpu_id(node, units, self._after(units, avail, p, demand, node)) for p in picks
+            ]
+            self._picked[(gpu, did)] = tuple(picks)
+            while len(afters) < len(after):
+                afters.append(PerGpu(np.int64, -1))
+            for k, state in enumerate(after):
+                afters[k].at(len(self._gpu_states))[gpu] = state
+            self._option_count[did].at(len(self._gpu_states))[gpu] = len(after)
+        counts = self._option_count[did].at(len(self._gpu_states))[gpus]
+        most = int(counts.max()) if len(counts) else 0
+        return counts, [afters[k].at(len(self._gpu_states))[gpus] for k in range(most)]
+
+    def options(self, gpu: int, demand: Demand | None) -> tuple[Option, ...]:
+        """The ways to place `demand` on a node in GPU state `gpu`: per way, the device indexes
+        picked and the GPU state after."""
+        counts, afters = self.option_arrays(np.array([gpu], dtype=np.int64), demand)
+        return tuple(
+            (self.picked(gpu, demand, k), int(afters[k][0])) for k in range(int(counts[0]))
+        )
+
+    def picked(self, gpu: int, demand: Demand | None, option: int) -> tuple[int, ...]:
+        """The device indexes option number `option` picks (after `option_arrays` saw `gpu`)."""
+        if demand is None:
+            return ()
+        return self._picked[(gpu, self.demand_id(demand))][option]
 
     def choose(
         self, node: str, free: Mapping[str, int], shape: Shape, objective: Objective
     ) -> Choice | None:
-        """The best way to put `shape` on `node` under `objective`, or None if it cannot fit."""
-        self._refresh()
-        state = self.state(node, free)
-        key = (state, shape.key, objective.value)
-        if key in self._choices:
-            found = self._choices[key]
-        else:
-            found = self._choose(node, state, shape, objective)
-            self._choices[key] = found
-        if found is None:
-            return None
-        units = self.rooms.node(node)
-        value, picked, before, after = found
-        room = sum(unit_rooms(units, state[1]))
-        picked_ids = tuple(units.devices[i].id for i in picked)
-        return Choice(node, value, picked_ids, before, after, room)
-
-    def _choose(
-        self, node: str, state: State, shape: Shape, objective: Objective
-    ) -> tuple[float, tuple[int, ...], float, float] | None:
-        _, avail, free = state
+        """The best way to put `shape` on `node` under `objective`, or None if it cannot fit.
+        One node at a time; `ranking.NodeTable` ranks every node at once with the same
+        pieces."""
+        self.refresh()
+        state, gpu = self.state_and_gpu(node, free)
+        left = list(state[2])
         where = {n: i for i, n in enumerate(self.names)}
-        left = list(free)
         for name, amount in shape.requests:
             i = where.get(name)
             if i is not None:
                 if left[i] < amount:
                     return None
                 left[i] -= amount
-        after_free = tuple(left)
-        units = self.rooms.node(node)
-        options: list[tuple[int, ...]] = [()]
-        if shape.demand is not None:
-            options = self._options(node, units, avail, shape.demand)
-            if not options:
-                return None
-        best: tuple[float, tuple[int, ...], float, float] | None = None
-        before = (
-            self.fragmentation(node, avail, free) if objective is Objective.FRAGMENTATION else 0.0
-        )
-        for picked in options:
-            after_avail = self._after(units, avail, picked, shape.demand, node)
+        options = self.options(gpu, shape.demand)
+        if not options:
+            return None
+        before = 0.0
+        if objective is Objective.FRAGMENTATION:
+            before = self._value(gpu, self.table.cell(state[2]))
+        best: tuple[float, tuple[int, ...], float] | None = None
+        for picked, after_gpu in options:
             if objective is Objective.FRAGMENTATION:
-                after = self.fragmentation(node, after_avail, after_free)
+                after = self._value(after_gpu, self.table.cell(left))
                 value = after - before
             else:
-                rooms = sum(unit_rooms(units, after_avail))
-                after = rooms
-                value = rooms
+                after = value = self._room[after_gpu]
             if best is None or value < best[0] - EPS:
-                best = (value, picked, before, after)
-        return best
+                best = (value, picked, after)
+        assert best is not None
+        units = self.rooms.node(node)
+        picked_ids = tuple(units.devices[i].id for i in best[1])
+        return Choice(node, best[0], picked_ids, before, best[2], self._room[gpu])
 
-    def _options(
-        self, node: str, units: NodeUnits, avail: Sequence[float], demand: Demand
-    ) -> list[tuple[int, ...]]:
+    def _pick(self, node: str, avail: Sequence[float], demand: Demand) -> list[tuple[int, ...]]:
+        """Per unit, its smallest device that still fits; one option per distinct room left
+        for a single device, the smallest `count` units for several."""
         usable: list[tuple[float, int]] = []
         for matched in self.matching(node, demand):
             fits = [(avail[i], i) for i, size in matched if avail[i] >= size - EPS]

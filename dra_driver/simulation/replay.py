@@ -15,9 +15,8 @@ takes it, first fit is tried.
 
 from __future__ import annotations
 
-import bisect
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from dra_driver.allocator.placement import search_node
 from dra_driver.noderesources import CPU, MEMORY, Resources, pod_requests
 from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import Ledger, asked
+from dra_driver.simulation.ranking import NodeTable
 from dra_driver.simulation.workload import Shape, Workload, shape_of
 
 
@@ -75,10 +75,7 @@ class Cluster:
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
         self.fuller_first = fuller_first
-        self._unfit: dict[tuple[str, str], tuple[int, int]] = {}
-        self._order = {n: i for i, n in enumerate(self.nodes)}
-        self._groups: dict[object, list[int]] = {}
-        self._group_of: dict[str, object] = {}
+        self._table: NodeTable | None = None
 
     def place_pod(
         self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, retry: bool = False
@@ -106,25 +103,18 @@ class Cluster:
         self._regroup(placement.node)
         return placement
 
+    @property
+    def table(self) -> NodeTable:
+        """The nodes' free resources and states as arrays, made on first use from the ledger
+        and usage the cluster has then."""
+        if self._table is None:
+            self._table = NodeTable(self.nodes, self.ledger, self.usage, self.index)
+        return self._table
+
     def _regroup(self, node: str) -> None:
         """Move `node` to the group of its new state (groups list nodes in node order)."""
-        if not self._groups:
-            return
-        old = self._group_of.get(node)
-        if old is not None:
-            members = self._groups[old]
-            members.remove(self._order[node])
-            if not members:
-                del self._groups[old]
-        state = self.index.state(node, self.ledger.free(node))
-        self._group_of[node] = state
-        bisect.insort(self._groups.setdefault(state, []), self._order[node])
-
-    def _build_groups(self) -> None:
-        for node in self.nodes:
-            state = self.index.state(node, self.ledger.free(node))
-            self._group_of[node] = state
-            self._groups.setdefault(state, []).append(self._order[node])
+        if self._table is not None:
+            self._table.moved(node)
 
     def _first_fit(
         self, placement: PodPlacement, plans: Sequence[ClaimPlan], asks: list[tuple[str, int]]
@@ -132,20 +122,20 @@ class Cluster:
         """The first node in node order where requests and claims fit. A node where the claims
         did not fit is skipped until its device usage changes (as the Placer does)."""
         signature = "|".join(p.signature for p in plans)
-        for node in self.nodes:
-            if not self.ledger.fits(node, asks):
-                continue
-            if not plans:
-                placement.node, placement.allocations = node, []
-                return
-            version = self.usage.node_version(node)
-            if self._unfit.get((signature, node)) == version:
-                continue
+        fitting = self.table.fitting(asks)
+        if not plans:
+            if fitting.any():
+                placement.node, placement.allocations = self.nodes[int(fitting.argmax())], []
+            return
+        self.table.catch_up()
+        unfit = self.table.unfit(signature)
+        for i in (fitting & ~unfit).nonzero()[0].tolist():
+            node = self.nodes[i]
             result = search_node(
                 self.snapshot, self.usage, plans, node, AllocationMode.FIRST_FIT, self.scoring
             )
             if result.allocations is None:
-                self._unfit[(signature, node)] = version
+                unfit[i] = True
                 continue
             for allocation in result.allocations:
                 self.placer.record(allocation, node)
@@ -161,31 +151,15 @@ class Cluster:
     ) -> None:
         """Every node is considered: one evaluation per group of nodes in equal states (the
         group's first node in node order stands for it, as first fit would pick it)."""
-        if not self._groups:
-            self._build_groups()
         objective = (
             Objective.FRAGMENTATION if self.policy is PodPolicy.SCORED else Objective.BEST_FIT
         )
-        ranked: list[tuple[float, float, int, Choice]] = []
-        for members in self._groups.values():
-            order = members[0]
-            node = self.nodes[order]
-            if not self.ledger.fits(node, asks):
-                continue
-            free = self.ledger.free(node)
-            choice = self.index.choose(node, free, placement.shape, objective)
-            if choice is None:
-                continue
-            tie = choice.room if self.fuller_first else 0.0
-            if objective is Objective.BEST_FIT:
-                allocatable = self.ledger.allocatable.get(node)
-                total = allocatable.amount(CPU) if allocatable is not None else 0
-                tie = (free.get(CPU, 0) - placement.requests.amount(CPU)) / total if total else 0
-            ranked.append((round(choice.value, 9), tie, order, choice))
-        ranked.sort(key=lambda r: r[:3])
+        ranked: Iterable[Choice] = self.table.ranked(
+            placement.shape, asks, placement.requests.amount(CPU), objective, self.fuller_first
+        )
         if self.keep_candidates:
-            placement.candidates = [r[3] for r in ranked]
-        for _, _, _, choice in ranked:
+            ranked = placement.candidates = list(ranked)
+        for choice in ranked:
             if not claims:
                 placement.node, placement.allocations, placement.choice = choice.node, [], choice
                 return
@@ -213,9 +187,9 @@ class Cluster:
     def _reason(self, requests: Resources, asks: list[tuple[str, int]]) -> str:
         if not self.nodes:
             return "no node to try: none is known, or all are unschedulable"
-        fitting = [n for n in self.nodes if self.ledger.fits(n, asks)]
+        fitting = int(self.table.fitting(asks).sum())
         if fitting:
-            return f"claims do not fit any of the {len(fitting)} node(s) with room for the pod"
+            return f"claims do not fit any of the {fitting} node(s) with room for the pod"
         counts: dict[str, int] = {}
         for node in self.nodes:
             for shortfall in self.ledger.shortfalls(node, requests):

@@ -29,7 +29,10 @@ class NodeUnits:
     units: tuple[tuple[int, ...], ...]
     """Per unit, indexes into `devices`."""
     signature: int
-    """Equal for nodes whose devices are equal up to names, so their scores can be shared."""
+    """Equal for nodes whose devices are equal (the node's states are grouped by it)."""
+    kind: int
+    """Equal for nodes whose devices are equal but for the node and pool they are on, so the
+    work of scoring one node's device state serves every node of the kind."""
 
 
 def counter_units(devices: Sequence[Device]) -> tuple[tuple[int, ...], ...]:
@@ -61,6 +64,7 @@ class Rooms:
         self._weights: dict[int, float] = {}
         self._names: dict[int, dict[int, tuple[str, str]]] = {}
         self._signatures: dict[object, int] = {}
+        self._kinds: dict[object, int] = {}
 
     def node(self, name: str) -> NodeUnits:
         found = self._nodes.get(name)
@@ -82,7 +86,25 @@ class Rooms:
             units,
         )
         signature = self._signatures.setdefault(shape, len(self._signatures))
-        return NodeUnits(devices, units, signature)
+        pools: dict[int, int] = {}
+        for device in devices:
+            pools.setdefault(device.pool_index, len(pools))
+        layout = (
+            tuple(
+                (d.layout(), tuple(d.consumes), pools[d.pool_index], self._weights[d.id])
+                for d in devices
+            ),
+            tuple(
+                (
+                    tuple(sorted(self.snapshot.pools[p].counter_index.items())),
+                    tuple(self.snapshot.pools[p].counter_totals),
+                )
+                for p in pools
+            ),
+            units,
+        )
+        kind = self._kinds.setdefault(layout, len(self._kinds))
+        return NodeUnits(devices, units, signature, kind)
 
     def weight(self, device: Device) -> float:
         """What the device takes of its unit (its GPU), on the unit's partition counters (see
