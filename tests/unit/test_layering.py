@@ -35,6 +35,7 @@ REQUIRED_FORBIDDEN = {
 REQUIRED_CONFINED = {
     ("pynvml", "dra_driver.backends.nvml"),
     ("cel_expr_python", "dra_driver.cel.runtime"),
+    ("numpy", "dra_driver.simulation"),
 }
 
 
