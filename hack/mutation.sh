@@ -35,7 +35,7 @@ tests/unit/allocator/test_checker_messages.py tests/unit/allocator/test_checker_
 tests/unit/allocator/test_checker_inputs.py"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
-$PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
+$PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"
   [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"
   [kubeletplugin.prepare.container_edits]="tests/unit/kubeletplugin/test_container_edits.py"

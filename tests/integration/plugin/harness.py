@@ -184,8 +184,12 @@ async def running_plugin(
     node: str,
     gpus: str = "H100-SXM5-80GB:2",
     backend: GpuBackend | None = None,
+    *,
+    leave_daemons: bool = False,
     **extra: Any,
 ) -> AsyncIterator[RunningPlugin]:
+    """With `leave_daemons`, MPS daemons outlive the plugin as they do on a node (the next
+    plugin of the same root adopts them, and terminates them when it stops)."""
     config = plugin_config(root, node, gpus, **extra)
     api = client.ApiClient(client.Configuration(host=server.url))
     daemon = await asyncio.to_thread(PluginDaemon, config, api, backend)
@@ -205,4 +209,5 @@ async def running_plugin(
         finally:
             api.close()
             # MPS daemons outlive the plugin on purpose; a test must not leave them running.
-            await asyncio.to_thread(terminate_daemons, config.state_dir)
+            if not leave_daemons:
+                await asyncio.to_thread(terminate_daemons, config.state_dir)

@@ -6,7 +6,11 @@ cleanly and change things by hand, which is quicker and lets each rule be checke
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import signal
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +21,7 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.backends.fake.mps_control import process_alive
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
@@ -61,9 +66,13 @@ def root() -> Iterator[Path]:
         yield directory
 
 
-def plugin(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[RunningPlugin]:
+def plugin(
+    server: ApiServer, root: Path, *, leave_daemons: bool = False
+) -> contextlib.AbstractAsyncContextManager[RunningPlugin]:
     """The plugin of one node; its fake GPUs keep their state in `root`, across restarts."""
-    return running_plugin(server, root, NODE, GPUS, fake_state_dir=root / "fake")
+    return running_plugin(
+        server, root, NODE, GPUS, fake_state_dir=root / "fake", leave_daemons=leave_daemons
+    )
 
 
 def parts(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[PluginDaemon]:
@@ -322,6 +331,42 @@ async def test_a_gpu_instance_recorded_without_its_compute_instance_is_rolled_ba
     async with plugin(server, root) as running:
         assert running.daemon.preparer.checkpoint.claims == {}
         assert running.backend.gpu_instances(0) == ()
+
+
+async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for_none(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    # Two shares, each with its GPU's daemon. While the plugin is down, the daemon of one dies,
+    # and the other's claim and daemon are lost from the checkpoint (a crash before the first
+    # save): the first is started again for its claim, the second serves none and must go.
+    consumed = {"compute": "20", "memory": "2Gi"}
+    kept, lost = (
+        create_claim(
+            api, [result("s", f"gpu-{minor}-shared", NODE, share_id="a", consumed=consumed)]
+        )
+        for minor in (0, 1)
+    )
+    async with plugin(server, root, leave_daemons=True) as running:
+        await prepare(running, kept, lost)
+        uuid = [running.backend.gpus[minor].uuid for minor in (0, 1)]
+        pid = [running.daemon.mps.running()[u] for u in uuid]
+    os.kill(pid[0], signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while process_alive(pid[0]):  # polling another process, with a deadline
+        assert time.monotonic() < deadline, "the killed daemon is still there"
+        await asyncio.sleep(0.02)
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    store.save(loaded.checkpoint.without_claim(lost[1]).without_mps_daemon(uuid[1]))
+    async with plugin(server, root) as running:
+        assert not process_alive(pid[1])
+        (restarted,) = running.daemon.mps.running().values()
+        assert restarted != pid[0] and process_alive(restarted)
+        assert running.daemon.mps.running() == {uuid[0]: restarted}
+        assert set(running.daemon.preparer.checkpoint.mps_daemons) == {uuid[0]}
+        async with DraClient(running.dra_socket) as dra:
+            assert await dra.unprepare([ClaimRef("default", kept[1], kept[0])]) == {kept[1]: ""}
+        assert not process_alive(restarted)
 
 
 async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
