@@ -383,5 +383,7 @@ async def test_mig_devices_made_on_one_gpu_each_get_their_own_uuid_and_are_recor
         assert {(i.placement_start, i.gi_id, i.ci_id, i.uuid) for i in record.mig_instances} == {
             (d.placement.start, d.gi_id, d.ci_id, d.uuid) for d in live.values()
         }
+        specs = CdiSpecDir(plugin.daemon.config.cdi_root).claim_specs(f"{DRIVER}/gpu")
+        assert record.cdi_spec == str(specs[uid])
         assert (await dra.unprepare([ref(api, name, uid)]))[uid] == ""
     assert backend.gpu_instances(0) == ()

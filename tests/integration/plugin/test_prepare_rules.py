@@ -15,7 +15,7 @@ from dra_driver.backends.mig import create_mig_device
 from dra_driver.cdi import CdiSpecDir, container_environment
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
-from dra_driver.kubeletapi.types import ClaimRef, PrepareOutcome
+from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
@@ -67,10 +67,11 @@ async def unprepare(plugin: RunningPlugin, ref: ClaimRef) -> str:
         return (await dra.unprepare([ref]))[ref.uid]
 
 
-def environment(plugin: RunningPlugin, outcome: PrepareOutcome) -> dict[str, str]:
+def environment(plugin: RunningPlugin, *devices: PreparedDevice) -> dict[str, str]:
+    """What a container given `devices` sees."""
     directory = CdiSpecDir(plugin.daemon.config.cdi_root)
     specs = [directory.read(p) for p in directory.claim_specs(f"{DRIVER}/gpu").values()]
-    return container_environment(specs, [i for d in outcome.devices for i in d.cdi_device_ids])
+    return container_environment(specs, [i for d in devices for i in d.cdi_device_ids])
 
 
 def mps_pid(plugin: RunningPlugin, uuid: str) -> int | None:
@@ -98,9 +99,9 @@ async def test_a_mig_device_made_after_the_plugin_started_is_found_on_a_second_l
     device = f"gpu-1-mig-{made.gi_id}-{made.ci_id}"
     outcome = await prepare(plugin, claim_of(api, [result("m", device, NODE)]))
     assert outcome.error == ""
-    assert environment(plugin, outcome)[f"DRA_DEVICE_{device.upper().replace('-', '_')}"] == (
-        made.uuid
-    )
+    assert environment(plugin, *outcome.devices)[
+        f"DRA_DEVICE_{device.upper().replace('-', '_')}"
+    ] == (made.uuid)
 
 
 async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_one(
@@ -119,6 +120,7 @@ async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_on
     # Admin access looks at a device without taking it: it may share a held GPU.
     watcher = claim_of(api, [result("g", "gpu-1", NODE, admin=True)])
     assert (await prepare(plugin, watcher)).error == ""
+    assert plugin.daemon.mps.running() == {}  # and it is given no MPS daemon
 
 
 async def test_the_same_shared_device_twice_in_a_claim_gets_two_cdi_devices(
@@ -158,14 +160,14 @@ async def test_a_config_naming_one_request_applies_to_its_device_only(
     )
     outcome = await prepare(plugin, ref)
     assert outcome.error == ""
-    env = environment(plugin, outcome)
+    env = environment(plugin, *outcome.devices)
     assert env["DRA_DEVICE_GPU_0_SHARING"] == "TimeSlicing:Long"
     assert "DRA_DEVICE_GPU_1_SHARING" not in env
     # Time-slicing goes through no MPS daemon, on a whole GPU or on a time-slice share.
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env
     assert await unprepare(plugin, ref) == ""
     sliced = claim_of(api, [result("ts", "gpu-0-ts-0", NODE)])
-    env = environment(plugin, await prepare(plugin, sliced))
+    env = environment(plugin, *(await prepare(plugin, sliced)).devices)
     assert env["DRA_DEVICE_GPU_0_TS_0_SHARING"] == "TimeSlicing:Default"
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env
     assert plugin.daemon.mps.running() == {}
@@ -185,7 +187,7 @@ async def test_a_per_gpu_pinned_memory_limit_is_found_by_uuid_or_by_index(
         ref = claim_of(api, [result("g", f"gpu-{minor}", NODE)], [opaque(config)])
         outcome = await prepare(plugin, ref)
         assert outcome.error == "", outcome.error
-        assert environment(plugin, outcome)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == expected
+        assert environment(plugin, *outcome.devices)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == expected
         assert await unprepare(plugin, ref) == ""
 
 
@@ -219,7 +221,7 @@ async def test_mps_on_a_mig_device_runs_one_daemon_for_that_device(
     assert set(plugin.daemon.mps.running()) == {live.uuid}
     pid = mps_pid(plugin, live.uuid)
     assert pid is not None
-    env = environment(plugin, outcome)
+    env = environment(plugin, *outcome.devices)
     assert env["CUDA_MPS_PIPE_DIRECTORY"]
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert await unprepare(plugin, ref) == ""
@@ -244,3 +246,17 @@ async def test_a_claim_prepared_again_after_its_removal_was_saved_by_another_cla
     assert await unprepare(plugin, other) == ""
     for ref in (whole, mig):
         assert await unprepare(plugin, ref) == ""
+
+
+async def test_a_claim_with_a_share_and_a_whole_gpu_starts_a_daemon_for_the_share_only(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
+    ref = claim_of(api, [share, result("g", "gpu-1", NODE)])
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == "", outcome.error
+    assert set(plugin.daemon.mps.running()) == {plugin.backend.gpus[0].uuid}
+    whole = environment(plugin, outcome.devices[1])
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in whole
+    assert await unprepare(plugin, ref) == ""
+    assert plugin.daemon.mps.running() == {}
