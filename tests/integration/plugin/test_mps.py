@@ -186,6 +186,9 @@ async def test_mps_config_on_a_whole_gpu_reaches_the_container(
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
     assert env["DRA_DEVICE_GPU_1_SHARING"] == "MPS:threads=40%:pinnedMemory=10240Mi"
+    (device,) = plugin.daemon.preparer.checkpoint.claims[uid].devices
+    limits = (device.mps_thread_percentage, device.mps_pinned_memory_bytes, device.mps_uuid)
+    assert limits == (40, 10 << 30, plugin.backend.gpus[1].uuid)
     pipe = pipe_dir_of(plugin, ids)
     pid = daemon_pid(pipe)
     await unprepare(plugin, ref)

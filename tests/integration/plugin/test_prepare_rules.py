@@ -256,7 +256,31 @@ async def test_a_claim_with_a_share_and_a_whole_gpu_starts_a_daemon_for_the_shar
     outcome = await prepare(plugin, ref)
     assert outcome.error == "", outcome.error
     assert set(plugin.daemon.mps.running()) == {plugin.backend.gpus[0].uuid}
+    assert plugin.daemon.metrics.prepared_devices._value.get() == 2
     whole = environment(plugin, outcome.devices[1])
     assert "CUDA_MPS_PIPE_DIRECTORY" not in whole
     assert await unprepare(plugin, ref) == ""
     assert plugin.daemon.mps.running() == {}
+    assert plugin.daemon.metrics.prepared_devices._value.get() == 0
+
+
+async def test_configs_that_do_not_fit_their_devices_are_each_named_by_field(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
+    ref = claim_of(
+        api,
+        [share, result("t", "gpu-1-ts-0", NODE)],
+        [
+            opaque(sharing(GPU_CONFIG, "TimeSlicing", interval="Long"), requests=["s"]),
+            opaque(sharing(GPU_CONFIG, "MPS", defaultActiveThreadPercentage=50), requests=["t"]),
+        ],
+    )
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == (
+        f"ResourceClaim default/{ref.name}: invalid opaque config: "
+        "status.allocation.devices.config[0].requests: strategy TimeSlicing cannot apply to "
+        "shared GPU devices, whose fractional shares are enforced with MPS; use strategy MPS; "
+        "status.allocation.devices.config[1].requests: strategy MPS cannot apply to "
+        "time-sliced GPU devices; use strategy TimeSlicing"
+    )
