@@ -18,6 +18,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends import GpuBackend
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.fake.mps_control import terminate_daemons
+from dra_driver.kubeletapi.types import ClaimRef
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
 from localcluster.apiserver import ApiServer
 
@@ -156,6 +157,14 @@ def plugin_config(root: Path, node: str, gpus: str, **extra: Any) -> PluginConfi
         "health_poll_s": 0.05,
     }
     return PluginConfig(**(settings | extra))
+
+
+def allocated(
+    api: client.ApiClient, *results: Mapping[str, Any], config: Sequence[Mapping[str, Any]] = ()
+) -> ClaimRef:
+    """A claim allocated with `results` (and `config`), as kubelet names it to the plugin."""
+    name, uid = create_claim(api, list(results), config)
+    return ClaimRef("default", uid, name)
 
 
 @contextlib.asynccontextmanager

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -32,7 +31,7 @@ from kubeletplugin.prepare import faults
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
-    create_claim,
+    allocated,
     create_node,
     delete_claim,
     opaque,
@@ -140,11 +139,6 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Plug
                 running.proc.kill()
                 running.proc.wait()
             terminate_daemons(root)
-
-
-def allocated(api: client.ApiClient, *results: dict[str, Any]) -> ClaimRef:
-    name, uid = create_claim(api, list(results))
-    return ClaimRef("default", uid, name)
 
 
 def mig_claim(api: client.ApiClient, device: str, other: str) -> ClaimRef:
@@ -503,8 +497,7 @@ async def test_time_slice_settings_are_applied_again_at_start(
         "kind": "GpuConfig",
         "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
     }
-    name, uid = create_claim(api, [result("ts", "gpu-1-ts-0", NODE)], [opaque(sliced)])
-    claim = ClaimRef("default", uid, name)
+    claim = allocated(api, result("ts", "gpu-1-ts-0", NODE), config=[opaque(sliced)])
     await plugin.start()
     await prepare(plugin, claim)
     assert plugin.gpus().timeslice(1) is TimeSliceInterval.LONG
@@ -517,6 +510,6 @@ async def test_time_slice_settings_are_applied_again_at_start(
     # The claim is still prepared, so the restarted plugin puts its interval back.
     assert plugin.gpus().timeslice(1) is TimeSliceInterval.LONG
     async with DraClient(plugin.dra_socket) as dra:
-        assert await dra.unprepare([claim]) == {uid: ""}
+        assert await dra.unprepare([claim]) == {claim.uid: ""}
     assert plugin.gpus().timeslice(1) is TimeSliceInterval.DEFAULT
     await plugin.stop()

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -21,12 +20,11 @@ from dra_driver.backends.mig import destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient
-from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
-    create_claim,
+    allocated,
     create_node,
     opaque,
     result,
@@ -48,17 +46,6 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Runn
     with short_dir() as root:
         async with running_plugin(server, root, NODE) as running:
             yield running
-
-
-def allocated(api: client.ApiClient, *results: dict[str, object]) -> ClaimRef:
-    return allocated_with(api, list(results))
-
-
-def allocated_with(
-    api: client.ApiClient, results: list[dict[str, object]], config: Sequence[Any] = ()
-) -> ClaimRef:
-    name, uid = create_claim(api, results, config)
-    return ClaimRef("default", uid, name)
 
 
 def saved_claims(plugin: RunningPlugin) -> set[str]:
@@ -227,7 +214,7 @@ async def test_unprepare_on_a_lost_gpu_fails_with_the_gpus_error_until_it_is_bac
         "kind": "GpuConfig",
         "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
     }
-    claim = allocated_with(api, [result("ts", "gpu-0-ts-0", NODE)], [opaque(sliced)])
+    claim = allocated(api, result("ts", "gpu-0-ts-0", NODE), config=[opaque(sliced)])
     gpu = plugin.backend.gpus[0]
     async with DraClient(plugin.dra_socket) as dra:
         assert (await dra.prepare([claim]))[claim.uid].error == ""

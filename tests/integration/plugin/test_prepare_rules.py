@@ -4,7 +4,7 @@ name some requests only, the same shared device twice, and MPS daemons for MIG d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
-    create_claim,
+    allocated,
     create_node,
     opaque,
     result,
@@ -50,13 +50,6 @@ async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[Runn
             yield running
 
 
-def claim_of(
-    api: client.ApiClient, results: list[dict[str, Any]], config: Sequence[Any] = ()
-) -> ClaimRef:
-    name, uid = create_claim(api, results, config)
-    return ClaimRef("default", uid, name)
-
-
 async def prepare(plugin: RunningPlugin, ref: ClaimRef) -> PrepareOutcome:
     async with DraClient(plugin.dra_socket) as dra:
         return (await dra.prepare([ref]))[ref.uid]
@@ -82,7 +75,7 @@ def mps_pid(plugin: RunningPlugin, uuid: str) -> int | None:
 async def test_a_device_the_node_does_not_have_is_refused_by_name(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    ref = claim_of(api, [result("a", "gpu-0", NODE), result("b", "gpu-7", NODE)])
+    ref = allocated(api, result("a", "gpu-0", NODE), result("b", "gpu-7", NODE))
     outcome = await prepare(plugin, ref)
     assert outcome.error.startswith(
         f"ResourceClaim default/{ref.name}: status.allocation.devices.results[1].device: "
@@ -94,10 +87,10 @@ async def test_a_device_the_node_does_not_have_is_refused_by_name(
 async def test_a_mig_device_made_after_the_plugin_started_is_found_on_a_second_look(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    assert (await prepare(plugin, claim_of(api, [result("g", "gpu-0", NODE)]))).error == ""
+    assert (await prepare(plugin, allocated(api, result("g", "gpu-0", NODE)))).error == ""
     made = create_mig_device(plugin.backend, 1, "3g.40gb", MigPlacement(4, 4))
     device = f"gpu-1-mig-{made.gi_id}-{made.ci_id}"
-    outcome = await prepare(plugin, claim_of(api, [result("m", device, NODE)]))
+    outcome = await prepare(plugin, allocated(api, result("m", device, NODE)))
     assert outcome.error == ""
     assert environment(plugin, *outcome.devices)[
         f"DRA_DEVICE_{device.upper().replace('-', '_')}"
@@ -107,10 +100,10 @@ async def test_a_mig_device_made_after_the_plugin_started_is_found_on_a_second_l
 async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_one(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    holder = claim_of(api, [result("g", "gpu-1", NODE)])
+    holder = allocated(api, result("g", "gpu-1", NODE))
     assert (await prepare(plugin, holder)).error == ""
     share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
-    late = claim_of(api, [share, result("g", "gpu-1", NODE)])
+    late = allocated(api, share, result("g", "gpu-1", NODE))
     outcome = await prepare(plugin, late)
     assert outcome.error == (
         f"ResourceClaim default/{late.name}: status.allocation.devices.results[1].device "
@@ -118,7 +111,7 @@ async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_on
         f"(uid {holder.uid}); it can serve one claim at a time"
     )
     # Admin access looks at a device without taking it: it may share a held GPU.
-    watcher = claim_of(api, [result("g", "gpu-1", NODE, admin=True)])
+    watcher = allocated(api, result("g", "gpu-1", NODE, admin=True))
     assert (await prepare(plugin, watcher)).error == ""
     assert plugin.daemon.mps.running() == {}  # and it is given no MPS daemon
 
@@ -126,12 +119,10 @@ async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_on
 async def test_the_same_shared_device_twice_in_a_claim_gets_two_cdi_devices(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    ref = claim_of(
+    ref = allocated(
         api,
-        [
-            result("a", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "20"}),
-            result("b", "gpu-0-shared", NODE, share_id="s2", consumed={"compute": "30"}),
-        ],
+        result("a", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "20"}),
+        result("b", "gpu-0-shared", NODE, share_id="s2", consumed={"compute": "30"}),
     )
     outcome = await prepare(plugin, ref)
     assert outcome.error == ""
@@ -153,10 +144,11 @@ async def test_a_config_naming_one_request_applies_to_its_device_only(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
     config = sharing(GPU_CONFIG, "TimeSlicing", interval="Long")
-    ref = claim_of(
+    ref = allocated(
         api,
-        [result("a", "gpu-0", NODE), result("b", "gpu-1", NODE)],
-        [opaque(config, requests=["a"])],
+        result("a", "gpu-0", NODE),
+        result("b", "gpu-1", NODE),
+        config=[opaque(config, requests=["a"])],
     )
     outcome = await prepare(plugin, ref)
     assert outcome.error == ""
@@ -166,7 +158,7 @@ async def test_a_config_naming_one_request_applies_to_its_device_only(
     # Time-slicing goes through no MPS daemon, on a whole GPU or on a time-slice share.
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env
     assert await unprepare(plugin, ref) == ""
-    sliced = claim_of(api, [result("ts", "gpu-0-ts-0", NODE)])
+    sliced = allocated(api, result("ts", "gpu-0-ts-0", NODE))
     env = environment(plugin, *(await prepare(plugin, sliced)).devices)
     assert env["DRA_DEVICE_GPU_0_TS_0_SHARING"] == "TimeSlicing:Default"
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env
@@ -184,7 +176,7 @@ async def test_a_per_gpu_pinned_memory_limit_is_found_by_uuid_or_by_index(
         defaultPerDevicePinnedMemoryLimit=by_uuid,
     )
     for minor, expected in ((0, "0=2048M"), (1, "0=3072M")):
-        ref = claim_of(api, [result("g", f"gpu-{minor}", NODE)], [opaque(config)])
+        ref = allocated(api, result("g", f"gpu-{minor}", NODE), config=[opaque(config)])
         outcome = await prepare(plugin, ref)
         assert outcome.error == "", outcome.error
         assert environment(plugin, *outcome.devices)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == expected
@@ -194,8 +186,8 @@ async def test_a_per_gpu_pinned_memory_limit_is_found_by_uuid_or_by_index(
 async def test_a_share_asking_for_more_than_all_compute_is_refused_by_field(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    ref = claim_of(
-        api, [result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "150"})]
+    ref = allocated(
+        api, result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "150"})
     )
     outcome = await prepare(plugin, ref)
     assert outcome.error == (
@@ -213,7 +205,7 @@ async def test_mps_on_a_mig_device_runs_one_daemon_for_that_device(
         mig = create_mig_device(plugin.backend, 1, "3g.40gb", MigPlacement(4, 4))
         device = f"gpu-1-mig-{mig.gi_id}-{mig.ci_id}"
     config = sharing(MIG_CONFIG, "MPS", defaultActiveThreadPercentage=50)
-    ref = claim_of(api, [result("m", device, NODE)], [opaque(config)])
+    ref = allocated(api, result("m", device, NODE), config=[opaque(config)])
     outcome = await prepare(plugin, ref)
     assert outcome.error == "", outcome.error
     (live,) = plugin.backend.mig_devices(1)
@@ -234,14 +226,14 @@ async def test_a_claim_prepared_again_after_its_removal_was_saved_by_another_cla
 ) -> None:
     # A whole GPU's unprepare drops its record in memory only; the next save (here another
     # claim's MIG device) writes the removal, and the claim then prepares as a new one.
-    whole = claim_of(api, [result("g", "gpu-0", NODE)])
+    whole = allocated(api, result("g", "gpu-0", NODE))
     assert (await prepare(plugin, whole)).error == ""
     assert await unprepare(plugin, whole) == ""
-    mig = claim_of(api, [result("m", "gpu-1-mig-1g10gb-0", NODE)])
+    mig = allocated(api, result("m", "gpu-1-mig-1g10gb-0", NODE))
     assert (await prepare(plugin, mig)).error == ""
     again = await prepare(plugin, whole)
     assert again.error == ""
-    other = claim_of(api, [result("g", "gpu-0-ts-1", NODE)])
+    other = allocated(api, result("g", "gpu-0-ts-1", NODE))
     assert (await prepare(plugin, other)).error == ""
     assert await unprepare(plugin, other) == ""
     for ref in (whole, mig):
@@ -252,7 +244,7 @@ async def test_a_claim_with_a_share_and_a_whole_gpu_starts_a_daemon_for_the_shar
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
     share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
-    ref = claim_of(api, [share, result("g", "gpu-1", NODE)])
+    ref = allocated(api, share, result("g", "gpu-1", NODE))
     outcome = await prepare(plugin, ref)
     assert outcome.error == "", outcome.error
     assert set(plugin.daemon.mps.running()) == {plugin.backend.gpus[0].uuid}
@@ -268,10 +260,11 @@ async def test_configs_that_do_not_fit_their_devices_are_each_named_by_field(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
     share = result("s", "gpu-0-shared", NODE, share_id="s1", consumed={"compute": "10"})
-    ref = claim_of(
+    ref = allocated(
         api,
-        [share, result("t", "gpu-1-ts-0", NODE)],
-        [
+        share,
+        result("t", "gpu-1-ts-0", NODE),
+        config=[
             opaque(sharing(GPU_CONFIG, "TimeSlicing", interval="Long"), requests=["s"]),
             opaque(sharing(GPU_CONFIG, "MPS", defaultActiveThreadPercentage=50), requests=["t"]),
         ],
