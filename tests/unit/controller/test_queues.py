@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from controller.daemon import ControllerDaemon
+from controller.view import allocation_of
 from dra_driver.queues import GROUP as QGROUP
 from dra_driver.queues import PLURAL as QPLURAL
 from dra_driver.queues import VERSION as QVERSION
@@ -228,7 +229,14 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         # The controller deallocates; the held GPU goes to b1 even though a new pod of queue a
         # arrived first and would take it otherwise.
         await known(daemon, ("qa", "a3"))
-        await passes(daemon, 3)
+        await passes(daemon)
+        # The deallocation must be back in the view before b1 is decided again: a pass that
+        # runs first still sees the GPU taken (under load the watch event can come late).
+        await eventually(
+            lambda: allocation_of(daemon.view.claims[("qa", "a2")]) is None,
+            what="a2's claim deallocated in the view",
+        )
+        await passes(daemon, 2)
         assert not gated(cluster, "qb", "b1")
         assert allocated_device(cluster, "qb", "b1") == freed
         assert gated(cluster, "qa", "a3")
