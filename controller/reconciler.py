@@ -130,29 +130,15 @@ class Reconciler:
         for name in {*old_claims, *_claim_refs(event.obj)}:
             self._dealloc.add((namespace, name))
         pod = None if event.kind == "DELETED" else event.obj
+        # A gang member's change needs no look at its mates of its own: a gated member is
+        # queued, and its unit is the whole gang (`_units`); a deletion changes the view's
+        # generation, which queues the mates that wait (`run_pass`).
         if self._gated(pod):
             self._seen_at.setdefault(event.key, time.monotonic())
             self._queue.setdefault(event.key)
-            self._gang_mates_changed(pod)
         else:
             self._forget_pod(event.key)
-            if event.kind == "DELETED" and event.old is not None:
-                self._gang_mates_changed(event.old)
         self.metrics.pending.set(len(self._seen_at))
-
-    def _gang_mates_changed(self, pod: Obj | None) -> None:
-        """A gang is decided as a whole: any member's change makes the others worth a look."""
-        if pod is None:
-            return
-        try:
-            gang = gang_of(pod, self.config.gang_label, self.config.gang_size_label)
-        except GangError:
-            return
-        if gang is None:
-            return
-        for mate in members(gang[0], self.view.pods.values(), self.config.gang_label):
-            if self._gated(mate):
-                self._queue.setdefault(key_of(mate))
 
     def _forget_pod(self, key: Key) -> None:
         self._queue.pop(key, None)
@@ -175,13 +161,15 @@ class Reconciler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile until `stop` is set or leadership is lost."""
+        # pragma: no mutate start
         log.info("allocation loop started", gate=self.config.gate_name, mode=self.view.mode)
+        # pragma: no mutate end
         stopped = asyncio.ensure_future(stop.wait())
         try:
             await self._loop(stop, stopped)
         finally:
             stopped.cancel()
-        log.info("allocation loop stopped")
+        log.info("allocation loop stopped")  # pragma: no mutate
 
     async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
         while not stop.is_set() and self._is_leader():
@@ -212,7 +200,7 @@ class Reconciler:
             except NotLeaderError:
                 break
             except Exception as err:  # one bad pass must not end the controller
-                log.exception("allocation pass failed", error=str(err))
+                log.exception("allocation pass failed", error=str(err))  # pragma: no mutate
                 self._recover()
                 await asyncio.sleep(1.0)
 
@@ -258,7 +246,7 @@ class Reconciler:
         for key, generation in list(self._waiting.items()):
             if generation != self.view.generation:
                 self._queue.setdefault(key)
-        keys = sorted(self._queue, key=lambda k: (self._seen_at.get(k, 0.0), k))
+        keys = list(self._queue)  # the queue pass orders the units (see `queueing`)
         self._queue.clear()
         decisions, reclaims = self._decide(self._units(keys))
         self._in_flight = decisions
@@ -408,12 +396,14 @@ class Reconciler:
                 why = self.view.conflict(key, allocation)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
+                # pragma: no mutate start
                 log.info(
                     "decision dropped: the cluster changed",
                     claim=f"{key[0]}/{key[1]}",
                     stage=stage,
                     reason=why,
                 )
+                # pragma: no mutate end
                 self._retry(decision)
                 return False
         # Claims allocated by an earlier attempt of ours (the pod is still gated) must be as
@@ -429,14 +419,18 @@ class Reconciler:
             why = self.view.conflict(key, current)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
+                # pragma: no mutate start
                 log.info("earlier allocation collides; withdrawing it", claim=key, reason=why)
+                # pragma: no mutate end
                 self._stale[key] = list(decision.pods)
                 self._retry(decision)
                 return False
         why = self._room_lost(decision)
         if why is not None:
             self.metrics.conflicts.labels(stage).inc()
+            # pragma: no mutate start
             log.info("decision dropped: the node has no room left", stage=stage, reason=why)
+            # pragma: no mutate end
             self._retry(decision)
             return False
         return True
@@ -463,7 +457,9 @@ class Reconciler:
             try:
                 await asyncio.to_thread(self.writer.withdraw, key, pods)
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                # pragma: no mutate start
                 log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
+                # pragma: no mutate end
 
     def _retry(self, decision: Decision) -> None:
         for key in list(decision.allocations):
@@ -495,11 +491,13 @@ class Reconciler:
 
     def _write_failed(self, decision: Decision, err: Exception) -> None:
         self.metrics.conflicts.labels("write").inc()
+        # pragma: no mutate start
         log.info(
             "writing a decision failed; deciding again",
             status=getattr(err, "status", None),
             error=str(err),
         )
+        # pragma: no mutate end
         self._retry(decision)
 
     async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
@@ -547,7 +545,9 @@ class Reconciler:
                 except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                     if getattr(err, "status", None) == 404:
                         continue
+                    # pragma: no mutate start
                     log.info("lifting a gate failed; trying again", pod=key, error=str(err))
+                    # pragma: no mutate end
                     self._queue.setdefault(key)
                     self._wake.set()
                     continue
@@ -556,7 +556,9 @@ class Reconciler:
                 if started is not None:
                     self.metrics.latency.observe(time.monotonic() - started)
                 self._forget_pod(key)
+                # pragma: no mutate start
                 log.info("pod allocated", pod=f"{key[0]}/{key[1]}", node=decision.nodes.get(key))
+                # pragma: no mutate end
             self.metrics.pending.set(len(self._seen_at))
 
     # --- pods that cannot be allocated -------------------------------------------------------
@@ -569,7 +571,9 @@ class Reconciler:
             if isinstance(outcome, NotYet) or self._reported.get(key) == outcome.reason:
                 continue
             self._reported[key] = outcome.reason
+            # pragma: no mutate start
             log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
+            # pragma: no mutate end
             self._reports.append((pod, outcome.reason))
 
     async def _send_reports(self) -> None:
@@ -583,7 +587,9 @@ class Reconciler:
                 )
                 await self._set_condition(pod, False, "Unallocatable", reason)
             except (client.ApiException, OSError) as err:
+                # pragma: no mutate start
                 log.warning("cannot report why a pod waits", pod=key_of(pod), error=str(err))
+                # pragma: no mutate end
 
     async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
         ctype = condition_type(self.config.driver_name)
@@ -601,7 +607,9 @@ class Reconciler:
             # their writers left them (resending our cached copies could revert newer ones).
             await asyncio.to_thread(self.api.patch_pod_conditions, current, [mine])
         except client.ApiException as err:
+            # pragma: no mutate start
             log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
+            # pragma: no mutate end
 
     # --- deallocation ------------------------------------------------------------------------
 
@@ -615,12 +623,14 @@ class Reconciler:
                 await asyncio.to_thread(self.writer.deallocate, claim)
             except client.ApiException as err:
                 if err.status != 404:
+                    # pragma: no mutate start
                     log.info("deallocation failed; will retry", claim=key, status=err.status)
+                    # pragma: no mutate end
                     self._dealloc.add(key)
                 continue
             if allocation_of(claim) is not None:
                 self.metrics.deallocations.inc()
-                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
+                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")  # pragma: no mutate
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""

@@ -17,6 +17,7 @@ from controller.kube_calls import ControllerApi
 from controller.view import allocation_of
 from tests.integration.allocation.harness import (
     DRIVER,
+    FINALIZER,
     GATE,
     GROUP,
     VERSION,
@@ -228,6 +229,116 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
         daemon.stop_watches()
 
 
+class _LandingFirst(ControllerApi):
+    """Another allocator gives our devices to the claim `theirs` just before our allocation is
+    written; counts the lists of every claim (the fallback when the watch cannot vouch)."""
+
+    def __init__(self, inner: ControllerApi, cluster: Cluster) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._cluster = cluster
+        self.landed = 0
+        self.lists = 0
+
+    def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+        if claim["metadata"]["name"] == "ours" and status.get("allocation") and not self.landed:
+            self.landed += 1
+            self._cluster.objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                "default",
+                "resourceclaims",
+                "theirs",
+                {"status": {"allocation": status["allocation"]}},
+            )
+        return super().patch_claim_status(claim, status)
+
+    def list_claims(self) -> list[Any]:
+        self.lists += 1
+        return super().list_claims()
+
+
+async def test_an_allocation_landing_during_the_write_is_withdrawn_at_once(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("theirs"))
+    cluster.create_claim(claim("ours"))
+    cluster.create_pod(pod("p", ["ours"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    landing = _LandingFirst(daemon.calls, cluster)
+    use(daemon, landing)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert landing.landed == 1
+        # Their write was committed before ours, so the watch that carries our write carries
+        # theirs: the check after the write finds the collision without listing every claim,
+        # withdraws our allocation and settles nothing.
+        assert conflicts(daemon, "after-write") == 1
+        assert conflicts(daemon, "settled") == 0
+        assert landing.lists == 0
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert cluster.get_claim("theirs")["status"]["allocation"]
+        assert cluster.gated("p")
+        assert daemon.reconciler.next_deadline() is None
+        assert daemon.view.assumed == {}
+    finally:
+        daemon.stop_watches()
+
+
+def gpu_0_of_node_1() -> dict[str, Any]:
+    """The allocation the controller gives a one-GPU claim on the test cluster's only GPU."""
+    return {
+        "devices": {
+            "results": [{"request": "req", "driver": DRIVER, "pool": "node-1", "device": "gpu-0"}]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
+            ]
+        },
+    }
+
+
+async def test_a_decision_made_on_a_lagging_view_is_checked_against_a_fresh_list_before_writing(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("theirs"))
+    marked = claim("ours")
+    marked["metadata"]["finalizers"] = [FINALIZER]  # an earlier attempt of ours marked it
+    cluster.create_claim(marked)
+    daemon = await manual_controller(api, settle_s=30.0)
+    landing = _LandingFirst(daemon.calls, cluster)
+    use(daemon, landing)
+    try:
+        await eventually(
+            lambda: ("default", "ours") in daemon.view.claims, what="the claims in the view"
+        )
+        # The claims watch lags: another allocator's allocation of the only GPU is not in the
+        # view when the pass decides, and no mark of ours is written to wait for.
+        for informer in daemon.informers:
+            if informer.resource == "resourceclaims":
+                informer.stop()
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            "theirs",
+            {"status": {"allocation": gpu_0_of_node_1()}},
+        )
+        cluster.create_pod(pod("p", ["ours"]))
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        # Nothing was written: a list of every claim found theirs before our write.
+        assert landing.lists == 1
+        assert conflicts(daemon, "before-write") == 1
+        assert conflicts(daemon, "after-write") == 0
+        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        assert cluster.gated("p")
+    finally:
+        daemon.stop_watches()
+
+
 def failures(daemon: ControllerDaemon) -> float:
     value: float = daemon.metrics.failures._value.get()
     return value
@@ -283,7 +394,10 @@ async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_ch
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert failures(daemon) == 1
-        assert len(cluster.events_for("p")) == 1
+        (event,) = cluster.events_for("p")
+        # What `kubectl describe pod` shows: a warning with the reason and the allocator's why.
+        assert (event["type"], event["reason"]) == ("Warning", "FailedAllocation")
+        assert "2" in event["message"] and "gpu.dra-driver.dev" in event["message"]
         found = our_condition(cluster, "p")
         assert found is not None and found["status"] == "False"
         assert found["reason"] == "Unallocatable"
@@ -721,6 +835,106 @@ async def test_a_node_filled_while_settling_drops_the_decision(
         daemon.stop_watches()
 
 
+async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_filled(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.core.patch_node_status(
+        "node-1", {"status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}}
+    )
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("first", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "first")
+        await daemon.reconciler.run_pass()
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("first")
+        # A second pod shares the claim: its node is the claim's, nothing is allocated for it.
+        joining = pod("second", ["c"])
+        joining["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
+        cluster.create_pod(joining)
+        await known(daemon, "second")
+        await daemon.reconciler.run_pass()
+        assert len(cluster.get_claim("c")["status"]["reservedFor"]) == 2
+        # The node fills while the decision settles. Holding the gate would choose nothing
+        # better (the claim ties the pod to that node): it goes to the kube-scheduler, which
+        # waits for room there.
+        bound = pod("bound", [], gated=False, nodeName="node-1")
+        bound["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "6"}}
+        cluster.create_pod(bound)
+        await known(daemon, "bound")
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        assert conflicts(daemon, "settled") == 0
+        assert not cluster.gated("second")
+    finally:
+        daemon.stop_watches()
+
+
+class _SecondWriteFails(ControllerApi):
+    """The API server fails the allocation write of the claim `second` with a 500."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.failed = 0
+
+    def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+        if claim["metadata"]["name"] == "second" and status.get("allocation"):
+            self.failed += 1
+            raise client.ApiException(status=500, reason="Internal Server Error")
+        return super().patch_claim_status(claim, status)
+
+
+async def test_a_write_that_fails_half_way_withdraws_what_it_wrote(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("first", kind="mig"))
+    cluster.create_claim(claim("second", kind="mig"))
+    cluster.create_pod(pod("p", ["first", "second"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    failing = _SecondWriteFails(daemon.calls)
+    use(daemon, failing)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert failing.failed == 1
+        assert conflicts(daemon, "write") == 1
+        # The claim written before the failure holds nothing and is reserved for no one.
+        for name in ("first", "second"):
+            status = cluster.get_claim(name).get("status") or {}
+            assert "allocation" not in status, name
+            assert not status.get("reservedFor"), name
+        assert cluster.gated("p")
+        assert daemon.view.assumed == {}
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_claim_marked_for_a_pod_that_is_deleted_loses_our_finalizer(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    # An earlier attempt of ours marked the claim; the pod then waits for two GPUs on a node
+    # with one.
+    marked = claim("c", count=2)
+    marked["metadata"]["finalizers"] = [FINALIZER]
+    cluster.create_claim(marked)
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert cluster.gated("p")
+        assert cluster.get_claim("c")["metadata"]["finalizers"] == [FINALIZER]  # still wanted
+        # The pod goes; nothing changes on the claim itself, yet nothing waits for it now.
+        cluster.core.delete_namespaced_pod("p", "default")
+        await eventually(lambda: ("default", "p") not in daemon.view.pods, what="the deletion")
+        await daemon.reconciler.run_pass()
+        assert not cluster.get_claim("c")["metadata"].get("finalizers")
+    finally:
+        daemon.stop_watches()
+
+
 def sample(daemon: ControllerDaemon, name: str) -> float | None:
     return daemon.controller_metrics.registry.get_sample_value(name)
 
@@ -746,28 +960,38 @@ async def test_an_allocated_pod_is_timed_and_no_longer_pending(
 
 
 class _LiftFailsOnce(ControllerApi):
-    """The API server fails the first gate lift with a 500: nothing changed, no event."""
+    """The first gate lift fails before anything changed (no event follows): the API server
+    answers 500, or the connection drops."""
 
-    def __init__(self, inner: ControllerApi) -> None:
+    def __init__(self, inner: ControllerApi, error: Exception) -> None:
         self.__dict__.update(inner.__dict__)
         self.failed: list[str] = []
+        self._error = error
 
     def patch_pod(self, pod: Any, spec: Any) -> dict[str, Any]:
         if not self.failed:
             self.failed.append(pod["metadata"]["name"])
-            raise client.ApiException(status=500, reason="Internal Server Error")
+            raise self._error
         return super().patch_pod(pod, spec)
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        client.ApiException(status=500, reason="Internal Server Error"),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+    ids=["server-error", "connection-reset"],
+)
 async def test_a_gate_lift_that_fails_is_retried_and_the_other_gang_members_go_on(
-    cluster: Cluster, api: client.ApiClient
+    cluster: Cluster, api: client.ApiClient, error: Exception
 ) -> None:
     gang = {f"{DRIVER}/gang": "g", f"{DRIVER}/gang-size": "2"}
     for name in ("a", "b"):
         cluster.create_claim(claim(f"c-{name}", kind="mig"))
         cluster.create_pod(pod(name, [f"c-{name}"], labels=gang))
     daemon = await manual_controller(api, settle_s=0.0)
-    failing = _LiftFailsOnce(daemon.calls)
+    failing = _LiftFailsOnce(daemon.calls, error)
     use(daemon, failing)
     try:
         await known(daemon, "a", "b")
@@ -781,3 +1005,203 @@ async def test_a_gate_lift_that_fails_is_retried_and_the_other_gang_members_go_o
         assert not cluster.gated(unlucky)
     finally:
         daemon.stop_watches()
+
+
+@pytest.mark.parametrize("deleted", ["a", "b"])
+async def test_a_gang_member_deleted_while_settling_does_not_hold_back_the_others(
+    cluster: Cluster, api: client.ApiClient, deleted: str
+) -> None:
+    gang = {f"{DRIVER}/gang": "g", f"{DRIVER}/gang-size": "2"}
+    for name in ("a", "b"):
+        cluster.create_claim(claim(f"c-{name}", kind="mig"))
+        cluster.create_pod(pod(name, [f"c-{name}"], labels=gang))
+    daemon = await manual_controller(api, settle_s=0.3)
+    try:
+        await known(daemon, "a", "b")
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c-a")["status"]["allocation"]
+        # Whichever member the gang's decision lists first, its lift meets a 404; the other's
+        # gate still comes off in the same pass (its workload controller makes a new member).
+        cluster.core.delete_namespaced_pod(deleted, "default")
+        await eventually(lambda: ("default", deleted) not in daemon.view.pods, what="deletion")
+        await settled(daemon)
+        await daemon.reconciler.run_pass()
+        kept = ({"a", "b"} - {deleted}).pop()
+        assert not cluster.gated(kept)
+        assert daemon.reconciler.next_deadline() is None
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_gated_pod_being_deleted_is_not_allocated(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    body = pod("p", ["c"])
+    body["metadata"]["finalizers"] = ["example.com/keep"]  # another controller's
+    cluster.create_pod(body)
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        # Deleted, but kept (with its deletionTimestamp) until the other controller lets go.
+        cluster.core.delete_namespaced_pod("p", "default")
+        await eventually(
+            lambda: daemon.view.pods[("default", "p")]["metadata"].get("deletionTimestamp"),
+            what="the deletion in the view",
+        )
+        await daemon.reconciler.run_pass()
+        assert "allocation" not in (cluster.get_claim("c").get("status") or {})
+        assert not cluster.get_claim("c")["metadata"].get("finalizers")
+        assert cluster.gated("p")
+        assert daemon.view.assumed == {}
+    finally:
+        daemon.stop_watches()
+        cluster.core.patch_namespaced_pod("p", "default", {"metadata": {"finalizers": None}})
+
+
+def gang(name: str, size: str) -> dict[str, str]:
+    return {f"{DRIVER}/gang": name, f"{DRIVER}/gang-size": size}
+
+
+async def test_gang_problems_are_reported_and_the_pods_queued_after_them_still_decided(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    # In queue order: a pod whose gang size is no number, a gang of two with three members, a
+    # gang of two with one, and a pod on its own.
+    members = {"bad": gang("odd", "two"), "big-1": gang("big", "2"), "big-2": gang("big", "2")}
+    members |= {"big-3": gang("big", "2"), "pair-1": gang("pair", "2"), "last": {}}
+    for name, labels in members.items():
+        cluster.create_claim(claim(f"c-{name}", kind="mig"))
+        cluster.create_pod(pod(name, [f"c-{name}"], labels=labels))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, *members)
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("last")
+        assert failures(daemon) == 2  # one for the pod, one for its whole gang
+        (event,) = cluster.events_for("bad")
+        assert (
+            event["message"] == f"pod default/bad: label {DRIVER}/gang-size='two' is not a number"
+        )
+        for name in ("big-1", "big-2", "big-3"):
+            (event,) = cluster.events_for(name)
+            assert event["message"] == "gang default/big has 3 pods but its size label says 2"
+            assert cluster.gated(name)
+        # A gang short of members waits quietly for the rest: no event, no condition.
+        assert cluster.events_for("pair-1") == []
+        assert our_condition(cluster, "pair-1") is None
+        assert cluster.gated("pair-1")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("first", kind="mig"))
+    cluster.create_pod(pod("first", ["first"]))
+    daemon = await manual_controller(api, settle_s=30.0)
+    try:
+        await known(daemon, "first")
+        await daemon.reconciler.run_pass()
+        # Our own writes come back through the watch and queue the settling pod again.
+        await eventually(
+            lambda: ("default", "first") in daemon.reconciler._queue, what="the pod queued again"
+        )
+        cluster.create_claim(claim("second", kind="mig"))
+        cluster.create_pod(pod("second", ["second"]))
+        await known(daemon, "second")
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("second")["status"]["allocation"]
+        assert cluster.gated("first")  # still settling
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reservation_goes(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("p")
+        cluster.core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Succeeded"}})
+        await eventually(
+            lambda: daemon.view.pods[("default", "p")].get("status", {}).get("phase"),
+            what="the phase in the view",
+        )
+        # The pod is done, but the claim is still reserved for it (kubelet may be unpreparing).
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c")["status"]["allocation"]
+        # The reservation goes: now nothing holds the claim.
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "resourceclaims", "c", {"status": {"reservedFor": None}}
+        )
+        await eventually(
+            lambda: not daemon.view.claims[("default", "c")]["status"].get("reservedFor"),
+            what="the reservation gone in the view",
+        )
+        await daemon.reconciler.run_pass()
+        assert "allocation" not in (cluster.get_claim("c").get("status") or {})
+        assert not cluster.get_claim("c")["metadata"].get("finalizers")
+    finally:
+        daemon.stop_watches()
+
+
+def marked_claim(name: str) -> dict[str, Any]:
+    """A claim for two GPUs (the cluster has one) that an earlier attempt of ours marked."""
+    body = claim(name, count=2)
+    body["metadata"]["finalizers"] = [FINALIZER]
+    return body
+
+
+async def test_a_claim_being_deleted_is_let_go_though_a_pod_still_waits_for_it(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(marked_claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c")["metadata"]["finalizers"] == [FINALIZER]
+        cluster.objects.delete_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", "c"
+        )
+        await eventually(
+            lambda: daemon.view.claims[("default", "c")]["metadata"].get("deletionTimestamp"),
+            what="the deletion in the view",
+        )
+        await daemon.reconciler.run_pass()
+        with pytest.raises(client.ApiException) as gone:
+            cluster.get_claim("c")
+        assert gone.value.status == 404
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_claim_whose_only_pod_is_being_deleted_loses_our_finalizer(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(marked_claim("c"))
+    body = pod("p", ["c"])
+    body["metadata"]["finalizers"] = ["example.com/keep"]
+    cluster.create_pod(body)
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert cluster.get_claim("c")["metadata"]["finalizers"] == [FINALIZER]
+        cluster.core.delete_namespaced_pod("p", "default")
+        await eventually(
+            lambda: daemon.view.pods[("default", "p")]["metadata"].get("deletionTimestamp"),
+            what="the deletion in the view",
+        )
+        await daemon.reconciler.run_pass()
+        assert not cluster.get_claim("c")["metadata"].get("finalizers")
+    finally:
+        daemon.stop_watches()
+        cluster.core.patch_namespaced_pod("p", "default", {"metadata": {"finalizers": None}})
