@@ -1147,6 +1147,7 @@ async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reser
         await daemon.reconciler.run_pass()
         assert "allocation" not in (cluster.get_claim("c").get("status") or {})
         assert not cluster.get_claim("c")["metadata"].get("finalizers")
+        assert deallocations(daemon) == 1
     finally:
         daemon.stop_watches()
 
@@ -1205,3 +1206,49 @@ async def test_a_claim_whose_only_pod_is_being_deleted_loses_our_finalizer(
     finally:
         daemon.stop_watches()
         cluster.core.patch_namespaced_pod("p", "default", {"metadata": {"finalizers": None}})
+
+
+def deallocations(daemon: ControllerDaemon) -> float:
+    value: float = daemon.metrics.deallocations._value.get()
+    return value
+
+
+class _ReleaseFailsOnce(ControllerApi):
+    """The API server fails the first finalizer removal of the claim `b-fails` with a 500."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.failed = 0
+
+    def patch_claim(self, claim: Any, metadata: Any) -> dict[str, Any]:
+        if claim["metadata"]["name"] == "b-fails" and not self.failed:
+            self.failed += 1
+            raise client.ApiException(status=500, reason="Internal Server Error")
+        return super().patch_claim(claim, metadata)
+
+
+async def test_a_release_that_fails_is_retried_and_the_claims_after_it_go_on(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    # Three claims an earlier attempt of ours marked, looked at in name order: one a pod still
+    # waits for, one whose release fails once, one nobody wants.
+    for name in ("a-busy", "b-fails", "c-free"):
+        cluster.create_claim(marked_claim(name))
+    cluster.create_pod(pod("p", ["a-busy"]))
+    daemon = await manual_controller(api, settle_s=0.0)
+    failing = _ReleaseFailsOnce(daemon.calls)
+    use(daemon, failing)
+    try:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert failing.failed == 1
+        assert cluster.get_claim("a-busy")["metadata"]["finalizers"] == [FINALIZER]
+        assert cluster.get_claim("b-fails")["metadata"]["finalizers"] == [FINALIZER]
+        assert not cluster.get_claim("c-free")["metadata"].get("finalizers")
+        # No event brings b-fails back: the failed release was queued again.
+        await daemon.reconciler.run_pass()
+        assert not cluster.get_claim("b-fails")["metadata"].get("finalizers")
+        assert cluster.get_claim("a-busy")["metadata"]["finalizers"] == [FINALIZER]
+        assert deallocations(daemon) == 0  # finalizers only: none of them held devices
+    finally:
+        daemon.stop_watches()
