@@ -180,6 +180,20 @@ async def test_a_waiting_pod_is_not_decided_again_by_a_pass_that_changes_nothing
         assert failures(daemon) == 2
 
 
+async def test_a_waiting_pod_is_decided_as_soon_as_a_node_with_room_appears(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("big", count=2))
+    cluster.create_pod(pod("p", ["big"]))
+    daemon = await manual_controller(api, settle_s=0.0, resync_s=NO_RESYNC_S)
+    async with looping(daemon):
+        await eventually(lambda: failures(daemon) == 2, timeout=PROMPT_S, what="two decisions")
+        # Nothing about the pod or its claim changes: the new node alone wakes the loop.
+        cluster.add_nodes(1, gpus="H100-SXM5-80GB:2", prefix="roomy")
+        await eventually(lambda: not cluster.gated("p"), timeout=PROMPT_S, what="the gate lifted")
+        assert allocation(cluster, "big")
+
+
 async def test_a_pass_that_fails_while_writing_is_decided_again(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
