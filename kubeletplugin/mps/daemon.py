@@ -97,13 +97,9 @@ class MpsControl:
             pid = int((dirs.pipe / PID_FILE).read_text().strip())
         except (OSError, ValueError):
             return None
-        if not (dirs.pipe / CONTROL_PIPE).exists() or not process_alive(pid):
+        if not (dirs.pipe / CONTROL_PIPE).exists():
             return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return pid  # no /proc to check against: the pid file is all there is
-        return pid if b"mps" in cmdline.lower() else None
+        return pid if _is_mps_daemon(pid) else None
 
     async def start(self, uuid: str, dirs: DaemonDirs) -> int:
         """Start a daemon for `uuid` and wait until it is listening; its pid."""
@@ -135,9 +131,13 @@ class MpsControl:
 
     async def quit(self, uuid: str, dirs: DaemonDirs, pid: int | None) -> None:
         """Tell the daemon to quit and wait until it is gone; a daemon that ignores `quit` is
-        terminated, since a daemon nobody accounts for must not keep serving a GPU."""
-        pid = self.running_pid(dirs) or pid
-        if pid is None or not process_alive(pid):
+        terminated, since a daemon nobody accounts for must not keep serving a GPU. `pid`, the
+        recorded one, is used only when the pid file finds no daemon, and only while it still
+        names an MPS process: the kernel may have given it to another process since."""
+        found = self.running_pid(dirs)
+        if found is not None:
+            pid = found
+        elif pid is None or not _is_mps_daemon(pid):
             return
         try:
             await self.ask(uuid, dirs, "quit")
@@ -152,6 +152,17 @@ class MpsControl:
             if await _gone(pid, self.timeout_s):
                 return
         raise MpsError(f"the MPS control daemon for {uuid} (pid {pid}) does not exit")
+
+
+def _is_mps_daemon(pid: int) -> bool:
+    """Alive, and an MPS process as far as its command line tells."""
+    if not process_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc to check against: the pid is all there is
+    return b"mps" in cmdline.lower()
 
 
 async def _gone(pid: int, timeout_s: float) -> bool:

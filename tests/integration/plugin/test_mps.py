@@ -1,10 +1,13 @@
 """MPS through the real plugin over gRPC, with the fake `nvidia-cuda-mps-control`: one control
 daemon per GPU with MPS clients, its pipe directory in the container, the limits in the
-environment, the daemon gone with the last share, and a daemon that dies noticed."""
+environment, the daemon gone with the last share, a daemon that dies noticed, daemons an
+unprepare stopped before it failed started again by the periodic check (whose rounds some tests
+make themselves), and a stuck control tool that holds up no other claim."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import stat
@@ -12,14 +15,18 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from dra_driver.backends.fake import mps_control as fake_mps_control
 from dra_driver.backends.fake.mps_control import PID_FILE, process_alive, read_pid
 from dra_driver.cdi import CdiSpecDir, Mount, container_environment
 from dra_driver.kubeletapi.client import DraClient, HealthClient
 from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
+from kubeletplugin.daemon import PluginDaemon
+from kubeletplugin.prepare.recovery import recover
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
@@ -30,10 +37,16 @@ from tests.integration.plugin.harness import (
     result,
     running_plugin,
     short_dir,
+    stopped_plugin,
 )
 
 NODE = "mps-node"
 GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig"}
+MIG_MPS = {
+    "apiVersion": "resource.dra-driver.dev/v1alpha1",
+    "kind": "MigDeviceConfig",
+    "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
+}
 DEADLINE_S = 20.0
 
 
@@ -345,3 +358,188 @@ async def test_mps_with_a_thread_limit_only_describes_just_that(
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
     assert env["DRA_DEVICE_GPU_0_SHARING"] == "MPS:threads=30%"
     await unprepare(plugin, ref)
+
+
+@contextlib.asynccontextmanager
+async def started_by_hand(
+    server: ApiServer, root: Path, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+) -> AsyncIterator[PluginDaemon]:
+    """A plugin built and recovered but not run: no loop checks the daemons, so a test makes
+    each round of the periodic check itself, as the plugin's loop makes it."""
+    async with stopped_plugin(server, root, NODE, gpus, **extra) as daemon:
+        await recover(daemon.preparer, daemon.store, daemon.claims, daemon.boot_id)
+        yield daemon
+
+
+async def kill_daemon(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    await until(lambda: not process_alive(pid), f"daemon {pid} to die")
+
+
+async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_check(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # Unprepare stops a claim's daemons before it destroys the claim's MIG devices; a busy
+    # device then fails the unprepare, and the claim, still prepared, needs daemons that are
+    # gone and no longer recorded. One round of the check starts every one of them, and reports
+    # no change of health, since none failed. The whole GPU beside them needs no daemon.
+    name, uid = create_claim(
+        api,
+        [result(f"m{minor}", f"gpu-{minor}-mig-3g40gb-4", NODE) for minor in (0, 1)],
+        [opaque(MIG_MPS)],
+    )
+    claim = ClaimRef("default", uid, name)
+    name, uid = create_claim(api, [result("gpu", "gpu-2", NODE)])
+    whole = ClaimRef("default", uid, name)
+    with short_dir() as root:
+        async with started_by_hand(server, root, "H100-SXM5-80GB:3", mps_max_failures=1) as daemon:
+            preparer = daemon.preparer
+            answers = await preparer.prepare([claim, whole])
+            assert {u: a.error for u, a in answers.items()} == {claim.uid: "", whole.uid: ""}
+            mig = {minor: daemon.backend.mig_devices(minor)[0] for minor in (0, 1)}
+            assert set(daemon.mps.running()) == {mig[0].uuid, mig[1].uuid}
+            for minor, device in mig.items():
+                daemon.backend.mark_busy(minor, device.gi_id)
+            failed = (await preparer.unprepare([claim]))[claim.uid]
+            assert failed.endswith("(the device is in use; kubelet retries unprepare)"), failed
+            assert daemon.mps.running() == {}
+            assert preparer.checkpoint.mps_daemons == {}
+
+            assert await preparer.check_mps() is False
+            running = daemon.mps.running()
+            assert set(running) == {mig[0].uuid, mig[1].uuid}
+            recorded = preparer.checkpoint.mps_daemons
+            assert {u: (d.minor, d.pid) for u, d in recorded.items()} == {
+                mig[minor].uuid: (minor, running[mig[minor].uuid]) for minor in (0, 1)
+            }
+            assert await preparer.check_mps() is False
+            # One failure is one too many here: the daemon's GPU is reported once, by its minor.
+            await kill_daemon(running[mig[1].uuid])
+            assert await preparer.check_mps() is True
+            assert set(daemon.mps.unhealthy()) == {1}
+            assert await preparer.check_mps() is False
+
+            for minor, device in mig.items():
+                daemon.backend.clear_busy(minor, device.gi_id)
+            assert await preparer.unprepare([claim, whole]) == {claim.uid: "", whole.uid: ""}
+            assert daemon.mps.running() == {}
+            assert daemon.mps.unhealthy() == {}
+
+
+async def test_an_unprepare_retried_before_any_check_finishes_without_the_stopped_daemon(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # The first unprepare stopped and forgot the claim's daemon, then failed on the busy MIG
+    # device. kubelet's retry comes before any check has started the daemon again: there is no
+    # daemon to stop, and the retry must finish the job.
+    name, uid = create_claim(api, [result("m", "gpu-0-mig-3g40gb-4", NODE)], [opaque(MIG_MPS)])
+    claim = ClaimRef("default", uid, name)
+    with short_dir() as root:
+        async with started_by_hand(server, root) as daemon:
+            preparer = daemon.preparer
+            assert (await preparer.prepare([claim]))[claim.uid].error == ""
+            (mig,) = daemon.backend.mig_devices(0)
+            daemon.backend.mark_busy(0, mig.gi_id)
+            failed = (await preparer.unprepare([claim]))[claim.uid]
+            assert failed.endswith("(the device is in use; kubelet retries unprepare)"), failed
+            assert daemon.mps.running() == {}
+            daemon.backend.clear_busy(0, mig.gi_id)
+            assert await preparer.unprepare([claim]) == {claim.uid: ""}
+            assert daemon.backend.mig_devices(0) == ()
+            assert preparer.checkpoint.claims == {}
+            assert daemon.mps.running() == {}
+
+
+async def test_a_check_kept_waiting_by_a_leaving_claim_still_looks_after_the_next_daemon(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # The check takes each daemon's GPU lock in turn. kubelet's unprepare of the last share of
+    # the first GPU (in UUID order) holds that lock while it stops the daemon, so the check
+    # waits, finds no claim needs that daemon any more, and must go on to the next GPU, whose
+    # daemon died.
+    with short_dir() as root:
+        async with started_by_hand(server, root) as daemon:
+            preparer = daemon.preparer
+            uuid = {minor: daemon.backend.gpus[minor].uuid for minor in (0, 1)}
+            leaving_minor, staying_minor = sorted(uuid, key=uuid.__getitem__)
+            leaving = share(api, leaving_minor, "l", "20", "2Gi")
+            staying = share(api, staying_minor, "s", "20", "2Gi")
+            answers = await preparer.prepare([leaving, staying])
+            assert {u: a.error for u, a in answers.items()} == {leaving.uid: "", staying.uid: ""}
+            died = daemon.mps.running()[uuid[staying_minor]]
+            await kill_daemon(died)
+
+            # Started in this order, the unprepare runs first, up to its wait for the daemon.
+            unprepared = asyncio.create_task(preparer.unprepare([leaving]))
+            checked = asyncio.create_task(preparer.check_mps())
+            assert await unprepared == {leaving.uid: ""}
+            assert await checked is False
+            running = daemon.mps.running()
+            assert set(running) == {uuid[staying_minor]}
+            assert running[uuid[staying_minor]] != died
+            assert daemon.metrics.mps_restarts._value.get() == 1
+            assert await preparer.unprepare([staying]) == {staying.uid: ""}
+
+
+def slow_tool(directory: Path) -> tuple[Path, Path, Path]:
+    """The fake `nvidia-cuda-mps-control`, stuck while the file `hold` exists, as the real tool
+    can be on a busy node (the plugin gives it 10 s); a stuck call first creates `called`.
+    Returns the tool, `hold` and `called`."""
+    hold, called = directory / "hold", directory / "called"
+    tool = directory / "nvidia-cuda-mps-control"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{hold}" ]; then touch "{called}"; fi\n'
+        f'while [ -e "{hold}" ]; do sleep 0.01; done\n'
+        f'exec "{sys.executable}" -S "{fake_mps_control.__file__}" "$@"\n'
+    )
+    tool.chmod(0o755)
+    return tool, hold, called
+
+
+async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_claim(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # kubelet prepares and unprepares the claims of different pods in calls of their own, at the
+    # same time. A claim waiting for a stuck MPS control tool must not hold up another claim:
+    # the other's answer comes first, and the stuck one's once the tool is free again.
+    slow = share(api, 0, "a", "20", "2Gi")
+    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)])
+    quick = ClaimRef("default", uid, name)
+    with short_dir() as root:
+        tool, hold, called = slow_tool(root)
+        async with (
+            running_plugin(server, root, NODE, mps_control=tool) as plugin,
+            DraClient(plugin.dra_socket) as dra,
+        ):
+            try:
+                hold.touch()
+                slow_call = asyncio.create_task(dra.prepare([slow]))
+                await until(called.exists, "the control tool to start a daemon")
+                quick_call = asyncio.create_task(dra.prepare([quick]))
+                done, _ = await asyncio.wait(
+                    {slow_call, quick_call}, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert done == {quick_call}
+                assert (await quick_call)[quick.uid].error == ""
+                hold.unlink()
+                assert (await slow_call)[slow.uid].error == ""
+                uuid = plugin.backend.gpus[0].uuid
+                pid = daemon_pid(plugin.daemon.config.state_dir / "mps" / uuid / "pipe")
+
+                called.unlink()
+                hold.touch()
+                slow_stop = asyncio.create_task(dra.unprepare([slow]))
+                await until(called.exists, "the control tool to stop the daemon")
+                quick_stop = asyncio.create_task(dra.unprepare([quick]))
+                done, _ = await asyncio.wait(
+                    {slow_stop, quick_stop}, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert done == {quick_stop}
+                assert await quick_stop == {quick.uid: ""}
+                assert process_alive(pid)
+                hold.unlink()
+                assert await slow_stop == {slow.uid: ""}
+                assert not process_alive(pid)
+            finally:
+                hold.unlink(missing_ok=True)

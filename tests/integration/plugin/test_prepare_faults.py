@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.backends.mig import destroy_mig_device
+from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import decode_checkpoint
+from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
@@ -135,17 +136,21 @@ def _host_tree(base: Path, minor: int) -> tuple[Path, Path]:
     return dev, proc
 
 
+@pytest.mark.parametrize("made", ["on-demand", "pre-created"])
 async def test_a_mig_device_gets_its_capability_nodes_and_a_gpu_its_own_node(
-    server: ApiServer, api: client.ApiClient
+    server: ApiServer, api: client.ApiClient, made: str
 ) -> None:
     with short_dir() as root:
         dev, proc = _host_tree(root / "host", 0)
         async with running_plugin(
             server, root, NODE, dev_root=dev, proc_root=proc, fake_device_nodes=True
         ) as plugin:
-            claim = allocated(
-                api, result("mig", "gpu-0-mig-3g40gb-4", NODE), result("gpu", "gpu-1", NODE)
-            )
+            mig_name = "gpu-0-mig-3g40gb-4"
+            if made == "pre-created":
+                # Made by an administrator after the plugin started; it gets the same nodes.
+                static = create_mig_device(plugin.backend, 0, "3g.40gb", MigPlacement(4, 4))
+                mig_name = f"gpu-0-mig-{static.gi_id}-{static.ci_id}"
+            claim = allocated(api, result("mig", mig_name, NODE), result("gpu", "gpu-1", NODE))
             async with DraClient(plugin.dra_socket) as dra:
                 outcome = (await dra.prepare([claim]))[claim.uid]
                 assert outcome.error == ""
@@ -157,7 +162,7 @@ async def test_a_mig_device_gets_its_capability_nodes_and_a_gpu_its_own_node(
                     for device in spec.devices
                 }
                 assert nodes == {
-                    f"{claim.uid}-gpu-0-mig-3g40gb-4": [
+                    f"{claim.uid}-{mig_name}": [
                         "/dev/nvidia0",
                         f"/dev/nvidia-caps/nvidia-cap{100 + 10 * mig.gi_id}",
                         f"/dev/nvidia-caps/nvidia-cap{101 + 10 * mig.gi_id + mig.ci_id}",
@@ -269,3 +274,55 @@ async def test_prepare_that_cannot_save_the_checkpoint_fails_and_its_retry_saves
         # Answered only once it is on disk: a restart must find the claim prepared.
         assert saved_claims(plugin) == {claim.uid}
         assert (await dra.unprepare([claim])) == {claim.uid: ""}
+
+
+async def test_a_mig_claim_whose_started_record_cannot_be_saved_is_prepared_by_the_retry(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # A MIG device changes a GPU, so its claim is saved as started before anything is made.
+    # When that save fails, the claim is left started in memory with nothing made yet; kubelet's
+    # retry must roll that attempt back and prepare the claim afresh.
+    claim = allocated(api, result("a", "gpu-1-mig-2g20gb-2", NODE))
+    state = plugin.daemon.config.state_dir
+    async with DraClient(plugin.dra_socket) as dra:
+        with unusable(state):
+            failed = (await dra.prepare([claim]))[claim.uid]
+        assert failed.error.startswith(
+            f"ResourceClaim default/{claim.name}: internal error while preparing: "
+            f"checkpoint {state / 'checkpoint.json'}: cannot save"
+        ), failed.error
+        assert instances(plugin) == set()
+        assert specs(plugin) == set()
+        retried = (await dra.prepare([claim]))[claim.uid]
+        assert retried.error == ""
+        assert instances(plugin) == {(1, "2g.20gb", 2)}
+        assert specs(plugin) == {claim.uid}
+        assert saved_claims(plugin) == {claim.uid}
+        assert (await dra.unprepare([claim])) == {claim.uid: ""}
+    assert instances(plugin) == set()
+    assert saved_claims(plugin) == set()
+
+
+async def test_calls_that_change_nothing_succeed_while_the_checkpoint_cannot_be_saved(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    # kubelet asks again for a claim it has prepared, and unprepares again one it has unprepared
+    # (after its own restart, say). The checkpoint on disk already says so: nothing is to be
+    # written, so a state directory that cannot be written is no reason to fail either call.
+    prepared = allocated(api, result("a", "gpu-0-mig-1g10gb-0", NODE))
+    unprepared = allocated(api, result("b", "gpu-1-mig-1g10gb-0", NODE))
+    state = plugin.daemon.config.state_dir
+    async with DraClient(plugin.dra_socket) as dra:
+        answers = await dra.prepare([prepared, unprepared])
+        assert {uid: outcome.error for uid, outcome in answers.items()} == {
+            prepared.uid: "",
+            unprepared.uid: "",
+        }
+        assert (await dra.unprepare([unprepared])) == {unprepared.uid: ""}
+        with unusable(state):
+            again = (await dra.prepare([prepared]))[prepared.uid]
+            assert again == answers[prepared.uid]
+            assert (await dra.unprepare([unprepared])) == {unprepared.uid: ""}
+        assert saved_claims(plugin) == {prepared.uid}
+        assert (await dra.unprepare([prepared])) == {prepared.uid: ""}
+    assert instances(plugin) == set()

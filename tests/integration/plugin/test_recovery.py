@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -21,7 +22,7 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake.mps_control import process_alive
+from dra_driver.backends.fake.mps_control import PID_FILE, process_alive
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
@@ -363,10 +364,74 @@ async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for
         (restarted,) = running.daemon.mps.running().values()
         assert restarted != pid[0] and process_alive(restarted)
         assert running.daemon.mps.running() == {uuid[0]: restarted}
-        assert set(running.daemon.preparer.checkpoint.mps_daemons) == {uuid[0]}
+        # Recorded with its GPU, which a report of the daemon's failures names.
+        (record,) = running.daemon.preparer.checkpoint.mps_daemons.values()
+        assert (record.uuid, record.minor, record.pid) == (uuid[0], 0, restarted)
         async with DraClient(running.dra_socket) as dra:
             assert await dra.unprepare([ClaimRef("default", kept[1], kept[0])]) == {kept[1]: ""}
         assert not process_alive(restarted)
+
+
+async def test_a_recorded_daemon_no_claim_needs_is_stopped_at_start_without_its_pid_file(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    # The checkpoint records a daemon that no claim names, and the daemon's pid file is gone (a
+    # tidy-up of the directory, an administrator): the recorded pid is all that still finds it.
+    # Start-up stops it and forgets it, and counts only the daemon a claim needs, which
+    # survived the restart and keeps serving its clients (adopted, not started again).
+    consumed = {"compute": "20", "memory": "2Gi"}
+    kept, dropped = (
+        create_claim(
+            api, [result("s", f"gpu-{minor}-shared", NODE, share_id="a", consumed=consumed)]
+        )
+        for minor in (0, 1)
+    )
+    async with plugin(server, root, leave_daemons=True) as running:
+        await prepare(running, kept, dropped)
+        uuid = [running.backend.gpus[minor].uuid for minor in (0, 1)]
+        pid = [running.daemon.mps.running()[u] for u in uuid]
+    try:
+        store = CheckpointStore(checkpoint_path(root))
+        loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+        assert set(loaded.checkpoint.mps_daemons) == set(uuid)
+        store.save(loaded.checkpoint.without_claim(dropped[1]))
+        (root / "state" / NODE / "mps" / uuid[1] / "pipe" / PID_FILE).unlink()
+        async with plugin(server, root) as running:
+            assert not process_alive(pid[1])
+            assert running.daemon.mps.running() == {uuid[0]: pid[0]}
+            assert set(running.daemon.preparer.checkpoint.mps_daemons) == {uuid[0]}
+            assert running.daemon.metrics.mps_daemons._value.get() == 1
+    finally:
+        # Without its pid file, a daemon left running is found by nothing else.
+        if process_alive(pid[1]):
+            os.kill(pid[1], signal.SIGKILL)
+
+
+async def test_a_recorded_daemon_whose_pid_another_process_has_now_is_left_alone_at_start(
+    server: ApiServer, api: client.ApiClient, root: Path
+) -> None:
+    # The checkpoint records a daemon that no claim needs and that is gone, pid file and all;
+    # the kernel has since given its pid to another process. Start-up has nothing to stop, and
+    # must not signal that process.
+    consumed = {"compute": "20", "memory": "2Gi"}
+    share = create_claim(api, [result("s", "gpu-0-shared", NODE, share_id="a", consumed=consumed)])
+    async with plugin(server, root) as running:
+        await prepare(running, share)
+    # The harness stopped the daemon with the plugin.
+    store = CheckpointStore(checkpoint_path(root))
+    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
+    (record,) = loaded.checkpoint.mps_daemons.values()
+    assert not process_alive(record.pid)
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        stale = replace(record, pid=other.pid)
+        store.save(loaded.checkpoint.without_claim(share[1]).with_mps_daemon(stale))
+        async with plugin(server, root) as running:
+            assert running.daemon.preparer.checkpoint.mps_daemons == {}
+            assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
