@@ -4,9 +4,11 @@ gates, and the re-check at the end of the settle time."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -90,15 +92,24 @@ def use(daemon: ControllerDaemon, calls: ControllerApi) -> None:
     daemon.reconciler.writer.api = calls
 
 
+@contextlib.asynccontextmanager
+async def controlled(api: client.ApiClient, **overrides: Any) -> AsyncIterator[ControllerDaemon]:
+    """The controller with its watches synced; a pass runs only when the test runs one."""
+    daemon = await manual_controller(api, **overrides)
+    try:
+        yield daemon
+    finally:
+        daemon.stop_watches()
+
+
 async def test_a_conflict_while_marking_is_decided_again_next_pass(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    touching = _Touching(daemon.calls, api, "patch_claim")
-    use(daemon, touching)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        touching = _Touching(daemon.calls, api, "patch_claim")
+        use(daemon, touching)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert touching.touched == 1
@@ -114,8 +125,6 @@ async def test_a_conflict_while_marking_is_decided_again_next_pass(
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("c")["status"]["allocation"]
         assert not cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_conflict_while_lifting_is_retried_and_other_gates_stay(
@@ -125,10 +134,9 @@ async def test_a_conflict_while_lifting_is_retried_and_other_gates_stay(
     body = pod("p", ["c"])
     body["spec"]["schedulingGates"] = [{"name": OTHER_GATE}, {"name": GATE}]
     cluster.create_pod(body)
-    daemon = await manual_controller(api, settle_s=0.0)
-    touching = _Touching(daemon.calls, api, "patch_pod")
-    use(daemon, touching)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        touching = _Touching(daemon.calls, api, "patch_pod")
+        use(daemon, touching)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert touching.touched == 1
@@ -144,8 +152,6 @@ async def test_a_conflict_while_lifting_is_retried_and_other_gates_stay(
             await daemon.reconciler.run_pass()
         assert not cluster.gated("p")
         assert cluster.get_pod("p")["spec"]["schedulingGates"] == [{"name": OTHER_GATE}]
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
@@ -153,8 +159,7 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("c")["status"]["allocation"]
@@ -163,8 +168,6 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
         await daemon.reconciler.run_pass()  # the lift gets a 404: not an error
         assert daemon.reconciler.next_deadline() is None
         assert ("default", "p") not in daemon.reconciler._queue
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_claim_deleted_before_the_write_is_decided_again(
@@ -172,27 +175,24 @@ async def test_a_claim_deleted_before_the_write_is_decided_again(
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
+    async with controlled(api, settle_s=0.0) as daemon:
 
-    class _Deleting(ControllerApi):
-        def __init__(self, inner: ControllerApi) -> None:
-            self.__dict__.update(inner.__dict__)
+        class _Deleting(ControllerApi):
+            def __init__(self, inner: ControllerApi) -> None:
+                self.__dict__.update(inner.__dict__)
 
-        def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
-            cluster.objects.delete_namespaced_custom_object(
-                GROUP, VERSION, "default", "resourceclaims", claim["metadata"]["name"]
-            )
-            return super().patch_claim_status(claim, status)
+            def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+                cluster.objects.delete_namespaced_custom_object(
+                    GROUP, VERSION, "default", "resourceclaims", claim["metadata"]["name"]
+                )
+                return super().patch_claim_status(claim, status)
 
-    use(daemon, _Deleting(daemon.calls))
-    try:
+        use(daemon, _Deleting(daemon.calls))
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert conflicts(daemon, "write") == 1
         assert cluster.gated("p")
         assert daemon.view.assumed == {}
-    finally:
-        daemon.stop_watches()
 
 
 async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate_lifts(
@@ -201,8 +201,7 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
     cluster.create_claim(claim("theirs"))
     cluster.create_claim(claim("ours"))
     cluster.create_pod(pod("p", ["ours"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         allocation = cluster.get_claim("ours")["status"]["allocation"]
@@ -225,8 +224,6 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert conflicts(daemon, "settled") == 1
-    finally:
-        daemon.stop_watches()
 
 
 class _LandingFirst(ControllerApi):
@@ -263,10 +260,9 @@ async def test_an_allocation_landing_during_the_write_is_withdrawn_at_once(
     cluster.create_claim(claim("theirs"))
     cluster.create_claim(claim("ours"))
     cluster.create_pod(pod("p", ["ours"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    landing = _LandingFirst(daemon.calls, cluster)
-    use(daemon, landing)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
+        landing = _LandingFirst(daemon.calls, cluster)
+        use(daemon, landing)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert landing.landed == 1
@@ -281,8 +277,6 @@ async def test_an_allocation_landing_during_the_write_is_withdrawn_at_once(
         assert cluster.gated("p")
         assert daemon.reconciler.next_deadline() is None
         assert daemon.view.assumed == {}
-    finally:
-        daemon.stop_watches()
 
 
 def gpu_0_of_node_1() -> dict[str, Any]:
@@ -306,10 +300,9 @@ async def test_a_decision_made_on_a_lagging_view_is_checked_against_a_fresh_list
     marked = claim("ours")
     marked["metadata"]["finalizers"] = [FINALIZER]  # an earlier attempt of ours marked it
     cluster.create_claim(marked)
-    daemon = await manual_controller(api, settle_s=30.0)
-    landing = _LandingFirst(daemon.calls, cluster)
-    use(daemon, landing)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
+        landing = _LandingFirst(daemon.calls, cluster)
+        use(daemon, landing)
         await eventually(
             lambda: ("default", "ours") in daemon.view.claims, what="the claims in the view"
         )
@@ -335,8 +328,6 @@ async def test_a_decision_made_on_a_lagging_view_is_checked_against_a_fresh_list
         assert conflicts(daemon, "after-write") == 0
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 def failures(daemon: ControllerDaemon) -> float:
@@ -368,10 +359,9 @@ async def test_a_server_error_while_marking_is_decided_again_next_pass(
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    failing = _ServerError(daemon.calls)
-    use(daemon, failing)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        failing = _ServerError(daemon.calls)
+        use(daemon, failing)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert failing.failed == 1
@@ -380,8 +370,6 @@ async def test_a_server_error_while_marking_is_decided_again_next_pass(
         await daemon.reconciler.run_pass()  # no event brought it back: the retry did
         assert cluster.get_claim("c")["status"]["allocation"]
         assert not cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_change_only(
@@ -389,8 +377,7 @@ async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_ch
 ) -> None:
     cluster.create_claim(claim("big", count=2))  # one GPU in the cluster
     cluster.create_pod(pod("p", ["big"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert failures(daemon) == 1
@@ -412,8 +399,6 @@ async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_ch
         # Nothing changed since: the pod waits without being decided again.
         await daemon.reconciler.run_pass()
         assert failures(daemon) == 2
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_pod_allocated_after_waiting_gets_its_condition_turned_true(
@@ -423,8 +408,7 @@ async def test_a_pod_allocated_after_waiting_gets_its_condition_turned_true(
     cluster.create_claim(claim("second"))
     cluster.create_pod(pod("p1", ["first"]))
     cluster.create_pod(pod("p2", ["second"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p1", "p2")
         await daemon.reconciler.run_pass()  # one GPU: p1 gets it, p2 waits
         assert not cluster.gated("p1") and cluster.gated("p2")
@@ -452,8 +436,6 @@ async def test_a_pod_allocated_after_waiting_gets_its_condition_turned_true(
         assert (found["status"], found["reason"]) == ("True", "Allocated")
         assert found["message"] == "devices are allocated"
         assert found["lastTransitionTime"] >= waiting["lastTransitionTime"]
-    finally:
-        daemon.stop_watches()
 
 
 async def test_the_condition_time_is_utc_whatever_the_local_zone(
@@ -486,27 +468,24 @@ async def test_a_pod_deleted_before_its_report_is_written_is_not_an_error(
 ) -> None:
     cluster.create_claim(claim("big", count=2))
     cluster.create_pod(pod("p", ["big"]))
-    daemon = await manual_controller(api, settle_s=0.0)
+    async with controlled(api, settle_s=0.0) as daemon:
 
-    class _DeletedMeanwhile(ControllerApi):
-        def __init__(self, inner: ControllerApi) -> None:
-            self.__dict__.update(inner.__dict__)
+        class _DeletedMeanwhile(ControllerApi):
+            def __init__(self, inner: ControllerApi) -> None:
+                self.__dict__.update(inner.__dict__)
 
-        def post_pod_event(self, pod: Any, kind: str, reason: str, text: str) -> None:
-            cluster.core.delete_namespaced_pod(pod["metadata"]["name"], "default")
-            deadline = time.monotonic() + 10
-            while ("default", "p") in daemon.view.pods and time.monotonic() < deadline:
-                time.sleep(0.01)  # the watch runs on the loop this call was handed off from
-            super().post_pod_event(pod, kind, reason, text)
+            def post_pod_event(self, pod: Any, kind: str, reason: str, text: str) -> None:
+                cluster.core.delete_namespaced_pod(pod["metadata"]["name"], "default")
+                deadline = time.monotonic() + 10
+                while ("default", "p") in daemon.view.pods and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the watch runs on the loop this call was handed off from
+                super().post_pod_event(pod, kind, reason, text)
 
-    use(daemon, _DeletedMeanwhile(daemon.calls))
-    try:
+        use(daemon, _DeletedMeanwhile(daemon.calls))
         await known(daemon, "p")
         await daemon.reconciler.run_pass()  # the condition patch meets a 404, and says so
         assert ("default", "p") not in daemon.view.pods
         assert daemon.reconciler.passes == 1
-    finally:
-        daemon.stop_watches()
 
 
 def pending(daemon: ControllerDaemon) -> float:
@@ -519,8 +498,7 @@ async def test_a_pod_changed_while_settling_has_its_gate_lifted_from_its_current
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert cluster.gated("p")  # settling
@@ -532,8 +510,6 @@ async def test_a_pod_changed_while_settling_has_its_gate_lifted_from_its_current
         await settled(daemon)
         await daemon.reconciler.run_pass()  # the lift's precondition is the pod as it is now
         assert not cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_afresh(
@@ -541,8 +517,7 @@ async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_
 ) -> None:
     cluster.create_claim(claim("big", count=2))  # one GPU in the cluster
     cluster.create_pod(pod("p", ["big"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert len(cluster.events_for("p")) == 1
@@ -555,8 +530,6 @@ async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_
         assert pending(daemon) == 1
         await daemon.reconciler.run_pass()
         assert len(cluster.events_for("p")) == 2  # the new pod is told why it waits
-    finally:
-        daemon.stop_watches()
 
 
 async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_lifts(
@@ -565,8 +538,7 @@ async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_
     cluster.create_claim(claim("theirs"))
     cluster.create_claim(claim("ours"))
     cluster.create_pod(pod("p", ["ours"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         allocation = cluster.get_claim("ours")["status"]["allocation"]
@@ -592,8 +564,6 @@ async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.gated("p")
         assert conflicts(daemon, "before-write") == 1
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allocation(
@@ -601,8 +571,7 @@ async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allo
 ) -> None:
     cluster.create_claim(claim("ours"))
     cluster.create_pod(pod("p", ["ours"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         # Another allocator's write lands on the claim before the gate lifts: another device,
@@ -625,8 +594,6 @@ async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allo
         assert conflicts(daemon, "settled") == 1
         assert cluster.gated("p")
         assert cluster.get_claim("ours")["status"] == status
-    finally:
-        daemon.stop_watches()
 
 
 def allocation_in_view(daemon: ControllerDaemon, name: str) -> Any:
@@ -654,8 +621,7 @@ async def test_a_claim_deleted_outright_while_settling_keeps_the_gate_on(
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("c")["status"]["allocation"]
@@ -677,8 +643,6 @@ async def test_a_claim_deleted_outright_while_settling_keeps_the_gate_on(
         await daemon.reconciler.run_pass()
         assert conflicts(daemon, "settled") == 1
         assert cluster.gated("p")  # a pod whose claim is gone must not start
-    finally:
-        daemon.stop_watches()
 
 
 async def collide_after_takeover(
@@ -708,8 +672,7 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_alloc
     cluster.create_claim(claim("first", kind="mig"))
     cluster.create_claim(claim("second", kind="mig"))
     cluster.create_pod(pod("p", ["first", "second"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         await collide_after_takeover(cluster, daemon, "second", clear="first")
@@ -717,8 +680,6 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_alloc
         assert "allocation" not in cluster.get_claim("second").get("status", {})
         assert "allocation" not in cluster.get_claim("first").get("status", {})
         assert cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_ours(
@@ -730,8 +691,7 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_o
     cluster.create_claim(claim("shared", kind="mig"))
     cluster.create_claim(claim("ours", kind="mig"))
     cluster.create_pod(pod("p", ["shared", "ours"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         cluster.objects.patch_namespaced_custom_object(
@@ -753,8 +713,6 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_o
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.get_claim("shared")["status"]["allocation"] == shared  # not ours: kept
         assert cluster.gated("p")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_an_earlier_allocation_that_does_not_collide_is_kept_and_the_gate_lifts(
@@ -762,8 +720,7 @@ async def test_an_earlier_allocation_that_does_not_collide_is_kept_and_the_gate_
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         allocation = cluster.get_claim("c")["status"]["allocation"]
@@ -773,8 +730,6 @@ async def test_an_earlier_allocation_that_does_not_collide_is_kept_and_the_gate_
         assert conflicts(daemon, "before-write") == 0
         assert cluster.get_claim("c")["status"]["allocation"] == allocation
         assert cluster.gated("p")  # the new term's decision settles in its turn
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_decision_whose_earlier_allocation_collided_does_not_lift_the_gate_later(
@@ -783,8 +738,7 @@ async def test_a_decision_whose_earlier_allocation_collided_does_not_lift_the_ga
     cluster.create_claim(claim("theirs"))
     cluster.create_claim(claim("ours"))
     cluster.create_pod(pod("p", ["ours"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         await collide_after_takeover(cluster, daemon, "ours")
@@ -796,8 +750,6 @@ async def test_a_decision_whose_earlier_allocation_collided_does_not_lift_the_ga
         await daemon.reconciler.run_pass()
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_node_filled_while_settling_drops_the_decision(
@@ -810,8 +762,7 @@ async def test_a_node_filled_while_settling_drops_the_decision(
     asking = pod("p", ["c"])
     asking["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "4"}}
     cluster.create_pod(asking)
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await eventually(
             lambda: (
@@ -831,8 +782,6 @@ async def test_a_node_filled_while_settling_drops_the_decision(
         assert conflicts(daemon, "settled") == 1
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("c").get("status", {})
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_filled(
@@ -843,8 +792,7 @@ async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_fil
     )
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("first", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "first")
         await daemon.reconciler.run_pass()
         await settled(daemon)
@@ -868,8 +816,6 @@ async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_fil
         await daemon.reconciler.run_pass()
         assert conflicts(daemon, "settled") == 0
         assert not cluster.gated("second")
-    finally:
-        daemon.stop_watches()
 
 
 class _SecondWriteFails(ControllerApi):
@@ -892,10 +838,9 @@ async def test_a_write_that_fails_half_way_withdraws_what_it_wrote(
     cluster.create_claim(claim("first", kind="mig"))
     cluster.create_claim(claim("second", kind="mig"))
     cluster.create_pod(pod("p", ["first", "second"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    failing = _SecondWriteFails(daemon.calls)
-    use(daemon, failing)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        failing = _SecondWriteFails(daemon.calls)
+        use(daemon, failing)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert failing.failed == 1
@@ -907,8 +852,6 @@ async def test_a_write_that_fails_half_way_withdraws_what_it_wrote(
             assert not status.get("reservedFor"), name
         assert cluster.gated("p")
         assert daemon.view.assumed == {}
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_claim_marked_for_a_pod_that_is_deleted_loses_our_finalizer(
@@ -920,8 +863,7 @@ async def test_a_claim_marked_for_a_pod_that_is_deleted_loses_our_finalizer(
     marked["metadata"]["finalizers"] = [FINALIZER]
     cluster.create_claim(marked)
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert cluster.gated("p")
@@ -931,8 +873,6 @@ async def test_a_claim_marked_for_a_pod_that_is_deleted_loses_our_finalizer(
         await eventually(lambda: ("default", "p") not in daemon.view.pods, what="the deletion")
         await daemon.reconciler.run_pass()
         assert not cluster.get_claim("c")["metadata"].get("finalizers")
-    finally:
-        daemon.stop_watches()
 
 
 def sample(daemon: ControllerDaemon, name: str) -> float | None:
@@ -945,8 +885,7 @@ async def test_an_allocated_pod_is_timed_and_no_longer_pending(
     before = time.monotonic()
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert not cluster.gated("p")
@@ -955,8 +894,6 @@ async def test_an_allocated_pod_is_timed_and_no_longer_pending(
         latency = sample(daemon, "dra_controller_allocation_seconds_sum")
         assert latency is not None and 0 < latency <= time.monotonic() - before
         assert sample(daemon, "dra_controller_pending_pods") == 0
-    finally:
-        daemon.stop_watches()
 
 
 class _LiftFailsOnce(ControllerApi):
@@ -990,10 +927,9 @@ async def test_a_gate_lift_that_fails_is_retried_and_the_other_gang_members_go_o
     for name in ("a", "b"):
         cluster.create_claim(claim(f"c-{name}", kind="mig"))
         cluster.create_pod(pod(name, [f"c-{name}"], labels=gang))
-    daemon = await manual_controller(api, settle_s=0.0)
-    failing = _LiftFailsOnce(daemon.calls, error)
-    use(daemon, failing)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        failing = _LiftFailsOnce(daemon.calls, error)
+        use(daemon, failing)
         await known(daemon, "a", "b")
         await daemon.reconciler.run_pass()
         (unlucky,) = failing.failed
@@ -1003,8 +939,6 @@ async def test_a_gate_lift_that_fails_is_retried_and_the_other_gang_members_go_o
         # No watch event brings the unlucky pod back: the failed lift queued it again.
         await daemon.reconciler.run_pass()
         assert not cluster.gated(unlucky)
-    finally:
-        daemon.stop_watches()
 
 
 @pytest.mark.parametrize("deleted", ["a", "b"])
@@ -1015,8 +949,7 @@ async def test_a_gang_member_deleted_while_settling_does_not_hold_back_the_other
     for name in ("a", "b"):
         cluster.create_claim(claim(f"c-{name}", kind="mig"))
         cluster.create_pod(pod(name, [f"c-{name}"], labels=gang))
-    daemon = await manual_controller(api, settle_s=0.3)
-    try:
+    async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "a", "b")
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("c-a")["status"]["allocation"]
@@ -1029,8 +962,6 @@ async def test_a_gang_member_deleted_while_settling_does_not_hold_back_the_other
         kept = ({"a", "b"} - {deleted}).pop()
         assert not cluster.gated(kept)
         assert daemon.reconciler.next_deadline() is None
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_gated_pod_being_deleted_is_not_allocated(
@@ -1073,8 +1004,7 @@ async def test_gang_problems_are_reported_and_the_pods_queued_after_them_still_d
     for name, labels in members.items():
         cluster.create_claim(claim(f"c-{name}", kind="mig"))
         cluster.create_pod(pod(name, [f"c-{name}"], labels=labels))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, *members)
         await daemon.reconciler.run_pass()
         assert not cluster.gated("last")
@@ -1091,8 +1021,6 @@ async def test_gang_problems_are_reported_and_the_pods_queued_after_them_still_d
         assert cluster.events_for("pair-1") == []
         assert our_condition(cluster, "pair-1") is None
         assert cluster.gated("pair-1")
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
@@ -1100,8 +1028,7 @@ async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
 ) -> None:
     cluster.create_claim(claim("first", kind="mig"))
     cluster.create_pod(pod("first", ["first"]))
-    daemon = await manual_controller(api, settle_s=30.0)
-    try:
+    async with controlled(api, settle_s=30.0) as daemon:
         await known(daemon, "first")
         await daemon.reconciler.run_pass()
         # Our own writes come back through the watch and queue the settling pod again.
@@ -1114,8 +1041,6 @@ async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("second")["status"]["allocation"]
         assert cluster.gated("first")  # still settling
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reservation_goes(
@@ -1123,8 +1048,7 @@ async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reser
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert not cluster.gated("p")
@@ -1148,8 +1072,6 @@ async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reser
         assert "allocation" not in (cluster.get_claim("c").get("status") or {})
         assert not cluster.get_claim("c")["metadata"].get("finalizers")
         assert deallocations(daemon) == 1
-    finally:
-        daemon.stop_watches()
 
 
 def marked_claim(name: str) -> dict[str, Any]:
@@ -1164,8 +1086,7 @@ async def test_a_claim_being_deleted_is_let_go_though_a_pod_still_waits_for_it(
 ) -> None:
     cluster.create_claim(marked_claim("c"))
     cluster.create_pod(pod("p", ["c"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert cluster.get_claim("c")["metadata"]["finalizers"] == [FINALIZER]
@@ -1180,8 +1101,6 @@ async def test_a_claim_being_deleted_is_let_go_though_a_pod_still_waits_for_it(
         with pytest.raises(client.ApiException) as gone:
             cluster.get_claim("c")
         assert gone.value.status == 404
-    finally:
-        daemon.stop_watches()
 
 
 async def test_a_claim_whose_only_pod_is_being_deleted_loses_our_finalizer(
@@ -1235,10 +1154,9 @@ async def test_a_release_that_fails_is_retried_and_the_claims_after_it_go_on(
     for name in ("a-busy", "b-fails", "c-free"):
         cluster.create_claim(marked_claim(name))
     cluster.create_pod(pod("p", ["a-busy"]))
-    daemon = await manual_controller(api, settle_s=0.0)
-    failing = _ReleaseFailsOnce(daemon.calls)
-    use(daemon, failing)
-    try:
+    async with controlled(api, settle_s=0.0) as daemon:
+        failing = _ReleaseFailsOnce(daemon.calls)
+        use(daemon, failing)
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
         assert failing.failed == 1
@@ -1250,5 +1168,3 @@ async def test_a_release_that_fails_is_retried_and_the_claims_after_it_go_on(
         assert not cluster.get_claim("b-fails")["metadata"].get("finalizers")
         assert cluster.get_claim("a-busy")["metadata"]["finalizers"] == [FINALIZER]
         assert deallocations(daemon) == 0  # finalizers only: none of them held devices
-    finally:
-        daemon.stop_watches()
