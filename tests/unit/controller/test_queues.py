@@ -67,7 +67,13 @@ def get_queue(api: client.ApiClient, name: str) -> dict[str, Any]:
     return dict(found)
 
 
-def gpu_pod(cluster: Cluster, namespace: str, name: str, **spec: Any) -> None:
+def gpu_pod(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> None:
     """A gated pod with its own one-GPU claim."""
     claim = {
         "apiVersion": "resource.k8s.io/v1",
@@ -85,7 +91,7 @@ def gpu_pod(cluster: Cluster, namespace: str, name: str, **spec: Any) -> None:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": {
             "containers": [{"name": "main", "image": "busybox"}],
             "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
@@ -241,6 +247,32 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         assert allocated_device(cluster, "qb", "b1") == freed
         assert gated(cluster, "qa", "a3")
         await queue_status(daemon, api, "b", lambda s: s.get("used", {}).get("gpu") == "1")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_borrowed_gang_is_reclaimed_whole(server: ApiServer, api: client.ApiClient) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "a", namespaces=["qa"])
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    gang = {f"{DRIVER}/gang": "g", f"{DRIVER}/gang-size": "2"}
+    gpu_pod(cluster, "qa", "g1", labels=gang)
+    gpu_pod(cluster, "qa", "g2", labels=gang)
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "g1"), ("qa", "g2"))
+        await passes(daemon)
+        assert not gated(cluster, "qa", "g1") and not gated(cluster, "qa", "g2")
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        # One GPU would do for b1, but the gang's members only run together: both go.
+        await eventually(
+            lambda: read_pod(cluster, "qa", "g1") is None and read_pod(cluster, "qa", "g2") is None,
+            what="the whole gang evicted",
+        )
+        evictions = daemon.queue_metrics.evictions.labels(queue="b", victim_queue="a")
+        assert evictions._value.get() == 2
     finally:
         daemon.stop_watches()
 
