@@ -216,6 +216,9 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
     queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
     daemon = await a_borrows_two(cluster, api)
     try:
+        # The queue gauges after the pass: two GPUs used by queue a, the second one borrowed.
+        assert daemon.queue_metrics.used.labels("a", "gpu")._value.get() == 2
+        assert daemon.queue_metrics.borrowed.labels("a", "gpu")._value.get() == 1
         freed = allocated_device(cluster, "qa", "a2")
         assert freed is not None
 
