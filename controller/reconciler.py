@@ -130,7 +130,7 @@ class Reconciler:
         for name in {*old_claims, *_claim_refs(event.obj)}:
             self._dealloc.add((namespace, name))
         pod = None if event.kind == "DELETED" else event.obj
-        # A gang member's change needs no look at its mates of its own: a gated member is
+        # A gang member's change does not queue its mates: a gated member that changes is
         # queued, and its unit is the whole gang (`_units`); a deletion changes the view's
         # generation, which queues the mates that wait (`run_pass`).
         if self._gated(pod):
