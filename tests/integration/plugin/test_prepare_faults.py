@@ -21,6 +21,7 @@ from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
@@ -66,6 +67,14 @@ def instances(plugin: RunningPlugin) -> set[tuple[int, str, int]]:
         for minor in (0, 1)
         for gi in plugin.backend.gpu_instances(minor)
     }
+
+
+def cannot_save(claim: ClaimRef, state: Path, doing: str = "preparing") -> str:
+    """The start of kubelet's answer for a claim whose checkpoint save failed."""
+    return (
+        f"ResourceClaim default/{claim.name}: internal error while {doing}: "
+        f"checkpoint {state / 'checkpoint.json'}: cannot save"
+    )
 
 
 @contextlib.contextmanager
@@ -246,10 +255,7 @@ async def test_unprepare_that_cannot_save_the_checkpoint_fails_and_is_retried(
         assert (await dra.prepare([claim]))[claim.uid].error == ""
         with unusable(state):
             failed = (await dra.unprepare([claim]))[claim.uid]
-        assert failed.startswith(
-            f"ResourceClaim default/{claim.name}: internal error while unpreparing: "
-            f"checkpoint {state / 'checkpoint.json'}: cannot save"
-        ), failed
+        assert failed.startswith(cannot_save(claim, state, "unpreparing")), failed
         assert saved_claims(plugin) == {claim.uid}
         assert (await dra.unprepare([claim])) == {claim.uid: ""}
     assert saved_claims(plugin) == set()
@@ -265,10 +271,7 @@ async def test_prepare_that_cannot_save_the_checkpoint_fails_and_its_retry_saves
     async with DraClient(plugin.dra_socket) as dra:
         with unusable(state):
             failed = (await dra.prepare([claim]))[claim.uid]
-        assert failed.error.startswith(
-            f"ResourceClaim default/{claim.name}: internal error while preparing: "
-            f"checkpoint {state / 'checkpoint.json'}: cannot save"
-        ), failed.error
+        assert failed.error.startswith(cannot_save(claim, state)), failed.error
         retried = (await dra.prepare([claim]))[claim.uid]
         assert retried.error == ""
         # Answered only once it is on disk: a restart must find the claim prepared.
@@ -287,10 +290,7 @@ async def test_a_mig_claim_whose_started_record_cannot_be_saved_is_prepared_by_t
     async with DraClient(plugin.dra_socket) as dra:
         with unusable(state):
             failed = (await dra.prepare([claim]))[claim.uid]
-        assert failed.error.startswith(
-            f"ResourceClaim default/{claim.name}: internal error while preparing: "
-            f"checkpoint {state / 'checkpoint.json'}: cannot save"
-        ), failed.error
+        assert failed.error.startswith(cannot_save(claim, state)), failed.error
         assert instances(plugin) == set()
         assert specs(plugin) == set()
         retried = (await dra.prepare([claim]))[claim.uid]
