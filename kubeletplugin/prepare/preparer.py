@@ -201,7 +201,8 @@ class Preparer:
         self._report_prepared()
 
     async def flush(self) -> None:
-        """Write changes kept in memory only (at shut-down, after recovery)."""
+        """Write changes kept in memory only: at shut-down, after recovery, and before a
+        repeated call answers from memory (its earlier save may have failed)."""
         if self._saved < self._changes:
             await self._commit(self._checkpoint)
 

@@ -31,7 +31,7 @@ from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
-    create_claim,
+    allocated,
     create_node,
     opaque,
     result,
@@ -55,19 +55,11 @@ def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
 
 
-@pytest.fixture
-async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
-    with short_dir() as root:
-        async with running_plugin(server, root, NODE) as running:
-            yield running
-
-
 def share(api: client.ApiClient, gpu: int, share_id: str, compute: str, memory: str) -> ClaimRef:
     consumed = {"compute": compute, "memory": memory}
-    name, uid = create_claim(
-        api, [result("s", f"gpu-{gpu}-shared", NODE, share_id=share_id, consumed=consumed)]
+    return allocated(
+        api, result("s", f"gpu-{gpu}-shared", NODE, share_id=share_id, consumed=consumed)
     )
-    return ClaimRef("default", uid, name)
 
 
 async def prepare(plugin: RunningPlugin, ref: ClaimRef) -> list[str]:
@@ -192,14 +184,13 @@ async def test_mps_config_on_a_whole_gpu_reaches_the_container(
             },
         },
     }
-    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)], [opaque(config)])
-    ref = ClaimRef("default", uid, name)
+    ref = allocated(api, result("gpu", "gpu-1", NODE), config=[opaque(config)])
     ids = await prepare(plugin, ref)
     env, _ = container(plugin, ids)
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
     assert env["DRA_DEVICE_GPU_1_SHARING"] == "MPS:threads=40%:pinnedMemory=10240Mi"
-    (device,) = plugin.daemon.preparer.checkpoint.claims[uid].devices
+    (device,) = plugin.daemon.preparer.checkpoint.claims[ref.uid].devices
     limits = (device.mps_thread_percentage, device.mps_pinned_memory_bytes, device.mps_uuid)
     assert limits == (40, 10 << 30, plugin.backend.gpus[1].uuid)
     pipe = pipe_dir_of(plugin, ids)
@@ -211,12 +202,12 @@ async def test_mps_config_on_a_whole_gpu_reaches_the_container(
 async def test_whole_gpu_without_mps_gets_no_daemon(
     plugin: RunningPlugin, api: client.ApiClient
 ) -> None:
-    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)])
-    ids = await prepare(plugin, ClaimRef("default", uid, name))
+    ref = allocated(api, result("gpu", "gpu-1", NODE))
+    ids = await prepare(plugin, ref)
     env, mounts = container(plugin, ids)
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env and mounts == []
     assert plugin.daemon.mps.running() == {}
-    await unprepare(plugin, ClaimRef("default", uid, name))
+    await unprepare(plugin, ref)
 
 
 async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
@@ -307,16 +298,15 @@ async def test_a_claim_with_shares_of_two_gpus_stops_the_daemon_no_other_claim_n
     # and the one only this claim used must be stopped all the same.
     kept, freed = sorted((0, 1), key=lambda minor: plugin.backend.gpus[minor].uuid)
     consumed = {"compute": "20", "memory": "2Gi"}
-    name, uid = create_claim(
+    both = allocated(
         api,
-        [
+        *(
             result(
                 f"s{minor}", f"gpu-{minor}-shared", NODE, share_id=f"m{minor}", consumed=consumed
             )
             for minor in (0, 1)
-        ],
+        ),
     )
-    both = ClaimRef("default", uid, name)
     other = share(api, kept, "other", "10", "1Gi")
     for ref in (both, other):
         await prepare(plugin, ref)
@@ -351,8 +341,7 @@ async def test_mps_with_a_thread_limit_only_describes_just_that(
         **GPU_CONFIG,
         "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 30}},
     }
-    name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], [opaque(config)])
-    ref = ClaimRef("default", uid, name)
+    ref = allocated(api, result("gpu", "gpu-0", NODE), config=[opaque(config)])
     env, _ = container(plugin, await prepare(plugin, ref))
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
@@ -383,14 +372,12 @@ async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_ch
     # device then fails the unprepare, and the claim, still prepared, needs daemons that are
     # gone and no longer recorded. One round of the check starts every one of them, and reports
     # no change of health, since none failed. The whole GPU beside them needs no daemon.
-    name, uid = create_claim(
+    claim = allocated(
         api,
-        [result(f"m{minor}", f"gpu-{minor}-mig-3g40gb-4", NODE) for minor in (0, 1)],
-        [opaque(MIG_MPS)],
+        *(result(f"m{minor}", f"gpu-{minor}-mig-3g40gb-4", NODE) for minor in (0, 1)),
+        config=[opaque(MIG_MPS)],
     )
-    claim = ClaimRef("default", uid, name)
-    name, uid = create_claim(api, [result("gpu", "gpu-2", NODE)])
-    whole = ClaimRef("default", uid, name)
+    whole = allocated(api, result("gpu", "gpu-2", NODE))
     with short_dir() as root:
         async with started_by_hand(server, root, "H100-SXM5-80GB:3", mps_max_failures=1) as daemon:
             preparer = daemon.preparer
@@ -432,8 +419,7 @@ async def test_an_unprepare_retried_before_any_check_finishes_without_the_stoppe
     # The first unprepare stopped and forgot the claim's daemon, then failed on the busy MIG
     # device. kubelet's retry comes before any check has started the daemon again: there is no
     # daemon to stop, and the retry must finish the job.
-    name, uid = create_claim(api, [result("m", "gpu-0-mig-3g40gb-4", NODE)], [opaque(MIG_MPS)])
-    claim = ClaimRef("default", uid, name)
+    claim = allocated(api, result("m", "gpu-0-mig-3g40gb-4", NODE), config=[opaque(MIG_MPS)])
     with short_dir() as root:
         async with started_by_hand(server, root) as daemon:
             preparer = daemon.preparer
@@ -504,8 +490,7 @@ async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_c
     # same time. A claim waiting for a stuck MPS control tool must not hold up another claim:
     # the other's answer comes first, and the stuck one's once the tool is free again.
     slow = share(api, 0, "a", "20", "2Gi")
-    name, uid = create_claim(api, [result("gpu", "gpu-1", NODE)])
-    quick = ClaimRef("default", uid, name)
+    quick = allocated(api, result("gpu", "gpu-1", NODE))
     with short_dir() as root:
         tool, hold, called = slow_tool(root)
         async with (

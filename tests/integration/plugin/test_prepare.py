@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -38,13 +37,6 @@ GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConf
 @pytest.fixture(scope="module", autouse=True)
 def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
-
-
-@pytest.fixture
-async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
-    with short_dir() as root:
-        async with running_plugin(server, root, NODE) as running:
-            yield running
 
 
 def ref(api: client.ApiClient, name: str, uid: str) -> ClaimRef:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,13 +41,6 @@ KIND = f"{DRIVER}/gpu"
 @pytest.fixture(scope="module", autouse=True)
 def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
-
-
-@pytest.fixture
-async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
-    with short_dir() as root:
-        async with running_plugin(server, root, NODE) as running:
-            yield running
 
 
 def saved_claims(plugin: RunningPlugin) -> set[str]:

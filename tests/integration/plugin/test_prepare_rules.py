@@ -4,7 +4,6 @@ name some requests only, the same shared device twice, and MPS daemons for MIG d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from dra_driver.cdi import CdiSpecDir, container_environment
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
-from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -24,8 +22,6 @@ from tests.integration.plugin.harness import (
     create_node,
     opaque,
     result,
-    running_plugin,
-    short_dir,
 )
 
 NODE = "node-rules"
@@ -41,13 +37,6 @@ def sharing(config: dict[str, str], strategy: str, **settings: Any) -> dict[str,
 @pytest.fixture(scope="module", autouse=True)
 def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
-
-
-@pytest.fixture
-async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[RunningPlugin]:
-    with short_dir() as root:
-        async with running_plugin(server, root, NODE) as running:
-            yield running
 
 
 async def prepare(plugin: RunningPlugin, ref: ClaimRef) -> PrepareOutcome:

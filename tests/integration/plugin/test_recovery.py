@@ -90,6 +90,13 @@ def checkpoint_path(root: Path) -> Path:
     return root / "state" / NODE / "checkpoint.json"
 
 
+def on_disk(root: Path) -> tuple[CheckpointStore, Checkpoint]:
+    """The plugin's checkpoint store under `root`, and what it holds (as the plugin loads it)."""
+    store = CheckpointStore(checkpoint_path(root))
+    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
+    return store, store.load(boot_id).checkpoint
+
+
 def specs(root: Path) -> set[str]:
     return set(CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND))
 
@@ -104,12 +111,11 @@ def leave_started(root: Path, of: str, **changes: object) -> None:
     """What a crash between creating a GPU instance and saving it leaves: the record of claim
     `of` started, without the instance; `changes` sets other fields (under another uid, the
     started record is saved beside the one it was copied from)."""
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    record = loaded.checkpoint.claims[of]
+    store, loaded = on_disk(root)
+    record = loaded.claims[of]
     fields: dict[str, object] = {"mig_instances": ()} | changes
     started = replace(record, state=ClaimState.PREPARE_STARTED, **fields)  # type: ignore[arg-type]
-    store.save(loaded.checkpoint.with_claim(started))
+    store.save(loaded.with_claim(started))
 
 
 async def test_claims_deleted_while_down_are_unprepared_and_the_rest_put_back(
@@ -144,9 +150,7 @@ async def test_a_claim_left_half_prepared_is_rolled_back_even_though_it_exists(
     async with plugin(server, root) as running:
         await prepare(running, claim)
     # What a crash before `PrepareCompleted` leaves: the started record, its instance and spec.
-    store = CheckpointStore(checkpoint_path(root))
-    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
-    loaded = store.load(boot_id).checkpoint
+    store, loaded = on_disk(root)
     record = loaded.claims[claim[1]]
     store.save(loaded.with_claim(replace(record, state=ClaimState.PREPARE_STARTED)))
     assert len(gpus(root).gpu_instances(0)) == 1
@@ -197,9 +201,9 @@ async def test_every_record_is_checked_after_one_whose_spec_is_gone(
         await prepare(running, claim)
     # Records are checked in the file's (sorted) order: one whose spec is gone comes first,
     # then one whose claim no longer exists.
-    store = CheckpointStore(checkpoint_path(root))
-    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
-    (record,) = store.load(boot_id).checkpoint.claims.values()
+    store, loaded = on_disk(root)
+    boot_id = loaded.boot_id
+    (record,) = loaded.claims.values()
     CdiSpecDir(root / "cdi" / NODE).claim_specs(KIND)[record.uid].unlink()
     first = replace(record, uid="00000000-0000-4000-8000-000000000001", cdi_spec=None)
     gone = replace(record, uid="ffffffff-ffff-4fff-8fff-ffffffffffff", name="gone", cdi_spec=None)
@@ -223,9 +227,9 @@ async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_ne
     claim = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
     async with plugin(server, root) as running:
         await prepare(running, claim)
-    store = CheckpointStore(checkpoint_path(root))
-    boot_id = decode_checkpoint(checkpoint_path(root).read_bytes(), "checkpoint").boot_id
-    (record,) = store.load(boot_id).checkpoint.claims.values()
+    store, loaded = on_disk(root)
+    boot_id = loaded.boot_id
+    (record,) = loaded.claims.values()
     (instance,) = gpus(root).gpu_instances(1)
     if busy:  # destroying its MIG device fails: the claim is kept for kubelet to retry
         gpus(root).mark_busy(1, instance.gi_id)
@@ -320,10 +324,8 @@ async def test_a_gpu_instance_recorded_without_its_compute_instance_is_rolled_ba
     made = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
     async with plugin(server, root) as running:
         await prepare(running, made)
-    loaded = CheckpointStore(checkpoint_path(root)).load(
-        decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id
-    )
-    (instance,) = loaded.checkpoint.claims[made[1]].mig_instances
+    _, loaded = on_disk(root)
+    (instance,) = loaded.claims[made[1]].mig_instances
     assert instance.ci_id is not None
     if left == "already-destroyed":
         destroy_mig_device(gpus(root), 0, instance.gi_id, instance.ci_id)
@@ -356,9 +358,8 @@ async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for
     while process_alive(pid[0]):  # polling another process, with a deadline
         assert time.monotonic() < deadline, "the killed daemon is still there"
         await asyncio.sleep(0.02)
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    store.save(loaded.checkpoint.without_claim(lost[1]).without_mps_daemon(uuid[1]))
+    store, loaded = on_disk(root)
+    store.save(loaded.without_claim(lost[1]).without_mps_daemon(uuid[1]))
     async with plugin(server, root) as running:
         assert not process_alive(pid[1])
         (restarted,) = running.daemon.mps.running().values()
@@ -391,10 +392,9 @@ async def test_a_recorded_daemon_no_claim_needs_is_stopped_at_start_without_its_
         uuid = [running.backend.gpus[minor].uuid for minor in (0, 1)]
         pid = [running.daemon.mps.running()[u] for u in uuid]
     try:
-        store = CheckpointStore(checkpoint_path(root))
-        loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-        assert set(loaded.checkpoint.mps_daemons) == set(uuid)
-        store.save(loaded.checkpoint.without_claim(dropped[1]))
+        store, loaded = on_disk(root)
+        assert set(loaded.mps_daemons) == set(uuid)
+        store.save(loaded.without_claim(dropped[1]))
         (root / "state" / NODE / "mps" / uuid[1] / "pipe" / PID_FILE).unlink()
         async with plugin(server, root) as running:
             assert not process_alive(pid[1])
@@ -418,14 +418,13 @@ async def test_a_recorded_daemon_whose_pid_another_process_has_now_is_left_alone
     async with plugin(server, root) as running:
         await prepare(running, share)
     # The harness stopped the daemon with the plugin.
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    (record,) = loaded.checkpoint.mps_daemons.values()
+    store, loaded = on_disk(root)
+    (record,) = loaded.mps_daemons.values()
     assert not process_alive(record.pid)
     other = subprocess.Popen(["sleep", "600"])
     try:
         stale = replace(record, pid=other.pid)
-        store.save(loaded.checkpoint.without_claim(share[1]).with_mps_daemon(stale))
+        store.save(loaded.without_claim(share[1]).with_mps_daemon(stale))
         async with plugin(server, root) as running:
             assert running.daemon.preparer.checkpoint.mps_daemons == {}
             assert other.poll() is None
@@ -489,9 +488,8 @@ async def test_recovery_reports_what_it_did_with_each_claim_and_spec(
     cdi.claim_specs(KIND)[specless[1]].unlink()
     orphan = "00000000-0000-4000-8000-0000000000aa"
     cdi.write_claim_spec(orphan, cdi.read(cdi.claim_specs(KIND)[uid["kept"]]))
-    store = CheckpointStore(checkpoint_path(root))
-    loaded = store.load(decode_checkpoint(checkpoint_path(root).read_bytes(), "c").boot_id)
-    records = dict(loaded.checkpoint.claims)
+    store, loaded = on_disk(root)
+    records = dict(loaded.claims)
     for name in ("started", "stuck"):
         records[uid[name]] = replace(records[uid[name]], state=ClaimState.PREPARE_STARTED)
     busy = [records[uid[name]].mig_instances[0].gi_id for name in ("stuck", "stuck-gone")]
@@ -500,7 +498,7 @@ async def test_recovery_reports_what_it_did_with_each_claim_and_spec(
     # A claim the API server fails to return (a copy of one kept), checked first: the rest are
     # still checked.
     flaky = replace(records[uid["kept"]], uid="00000000-0000-4000-8000-000000000001", name="flaky")
-    checkpoint = Checkpoint(boot_id=loaded.checkpoint.boot_id)
+    checkpoint = Checkpoint(boot_id=loaded.boot_id)
     for record in [flaky, *records.values()]:
         checkpoint = checkpoint.with_claim(record)
     store.save(checkpoint)

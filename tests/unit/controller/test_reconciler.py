@@ -17,6 +17,7 @@ from kubernetes import client
 from controller.daemon import ControllerDaemon
 from controller.kube_calls import ControllerApi
 from controller.view import allocation_of
+from dra_driver.checker.inputs import node_name_selector
 from tests.integration.allocation.harness import (
     DRIVER,
     FINALIZER,
@@ -285,11 +286,7 @@ def gpu_0_of_node_1() -> dict[str, Any]:
         "devices": {
             "results": [{"request": "req", "driver": DRIVER, "pool": "node-1", "device": "gpu-0"}]
         },
-        "nodeSelector": {
-            "nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
-            ]
-        },
+        "nodeSelector": node_name_selector("node-1"),
     }
 
 
