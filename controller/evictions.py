@@ -31,11 +31,10 @@ def reclaimed_condition(driver_name: str) -> str:
 async def carry_out(
     reclaim: Reclaim, api: ControllerApi, keeper: QueueKeeper, metrics: QueueMetrics
 ) -> None:
-    requester = reclaim.requester["metadata"]
-    asker = f"{requester['namespace']}/{requester['name']}"
+    asker = reclaim.asker
     for victim, victim_queue in reclaim.victims:
         message = (
-            f"evicted: queue {reclaim.queue} reclaims the GPUs it is guaranteed, for pod {asker}; "
+            f"evicted: queue {reclaim.queue} reclaims the GPUs it is guaranteed, for {asker}; "
             f"this pod ran on capacity queue {victim_queue} had borrowed"
         )
         try:
@@ -79,8 +78,10 @@ def _refused(reclaim: Reclaim, victim: Obj, err: client.ApiException, keeper: Qu
         return  # gone already: its devices are free
     log.info("eviction refused", pod=key, status=err.status, reason=err.reason)
     keeper.spared[key] = time.monotonic() + keeper.settings.hold_s
-    hold = keeper.holds.get(key_of(reclaim.requester))
-    if hold is not None:
+    for holder in reclaim.holders or (key_of(reclaim.requester),):
+        hold = keeper.holds.get(holder)
+        if hold is None:
+            continue
         hold.victims.discard(key)
         for claim in [c for c in hold.claims if c[0] == key[0]]:
             if key in keeper.view.users.get(claim, set()):
@@ -95,7 +96,8 @@ async def _tell_requester(reclaim: Reclaim, victim: Obj, api: ControllerApi) -> 
             reclaim.requester,
             "Warning",
             "ReclaimBlocked",
-            f"queue {reclaim.queue} could not evict pod {name}: its PodDisruptionBudget "
+            f"queue {reclaim.queue} could not evict pod {name} for {reclaim.asker}: its "
+            "PodDisruptionBudget "
             "allows no disruption now",
         )
     except (client.ApiException, OSError) as err:

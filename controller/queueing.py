@@ -15,8 +15,13 @@ cannot be placed, pods on borrowed capacity are chosen (`dra_driver.queues.recla
 node by node, whether freeing their claims lets the pod's claims be allocated there, through the
 allocator itself. The chosen pods are evicted, and a *hold* keeps the devices they free for the
 pod that asked: until it is placed, or the hold time passes, every other decision sees those
-devices as taken. Gangs are not reclaimed for (a gang that waits keeps waiting); a victim's gang
-goes whole.
+devices as taken. A victim's gang goes whole.
+
+A waiting gang is reclaimed for as a whole (`dra_driver.queues.gang_reclaim`, with the members
+placed on trial by `controller.gang_trial`): victims are chosen so that every member fits at
+once, on as many nodes as it takes, and only when the whole gang then fits within its queue's
+guarantee and every limit. Each member gets a hold on the devices freed on its node; the gang
+is decided again as one unit, so all its holds end together.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 import structlog
 
 from controller.decide import Decision, Unallocatable
+from controller.gang_trial import ViewGangTrial
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
 from controller.node_load import FINISHED_PHASES
@@ -48,6 +54,7 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
+from dra_driver.queues.gang_reclaim import choose_gang_victims
 from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
@@ -64,6 +71,8 @@ class Hold:
     """Victims' claims → the allocations they held (the devices kept)."""
     victims: set[Key]
     until: float
+    gang: str | None = None
+    """The gang the pod waits in: its mates hold the rest of what was freed for it."""
 
 
 @dataclass(slots=True)
@@ -75,6 +84,17 @@ class Reclaim:
     node: str
     victims: list[tuple[Obj, str]]
     """(pod, its queue)."""
+    gang: str | None = None
+    """Set when the reclaim is for a gang (`requester` is then its first member)."""
+    holders: tuple[Key, ...] = ()
+    """The pods whose holds keep what the victims free (the requester alone when empty)."""
+
+    @property
+    def asker(self) -> str:
+        if self.gang is not None:
+            return f"gang {self.gang}"
+        meta = self.requester["metadata"]
+        return f"pod {meta['namespace']}/{meta['name']}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +360,7 @@ class QueuePass:
         """The reason the pods wait, after trying reclaim for them."""
         queue = self.keeper.queue_of(pods[0])
         self.ledger.waiting.add(queue)
-        if len(pods) != 1 or not self.ledger.short_of_guarantee(queue):
+        if not self.ledger.short_of_guarantee(queue):
             return outcome.reason
         pod = pods[0]
         spec = self.ledger.tree.queues[queue]
@@ -351,6 +371,8 @@ class QueuePass:
                 f"{outcome.reason}; {standing} but its reclaim policy is {spec.reclaim}: "
                 "waiting for devices to be freed"
             )
+        if len(pods) > 1:
+            return self._gang_failed(pods, queue, outcome, standing)
         hold = self.keeper.holds.get(key_of(pod))
         if hold is not None:  # reclaimed already: wait for what it frees, until the hold ends
             return (
@@ -386,16 +408,89 @@ class QueuePass:
         names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
         return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
 
+    def _borrowed(self, queue: str) -> list[Unit]:
+        if self._running is None:  # once per pass: every pod's claims are read to build it
+            self._running = self.keeper.running()
+        running = [r for r in self._running if r.key not in self.keeper.evicting]
+        return borrowed_units(self.ledger, running, queue)
+
+    def _gang_failed(
+        self, pods: Sequence[Obj], queue: str, outcome: Unallocatable, standing: str
+    ) -> str:
+        """Reclaim for a waiting gang (see the module docstring), or why the gang waits."""
+        gang = _gang_name(pods[0], self.keeper.settings)
+        holds = [h for p in pods if (h := self.keeper.holds.get(key_of(p))) is not None]
+        if holds:
+            evicted = {v for h in holds for v in h.victims}
+            held_on = ", ".join(sorted({h.node for h in holds}))
+            return (
+                f"gang {gang}: {standing}: waiting for the devices of {len(evicted)} evicted "
+                f"pod(s) on node(s) {held_on}"
+            )
+        trial = ViewGangTrial(
+            self.keeper.view, self.ledger, queue, self.keeper.settings.driver_name, pods
+        )
+        choice = choose_gang_victims(self._borrowed(queue), len(pods), trial)
+        if isinstance(choice, str):
+            return (
+                f"{outcome.reason}; {standing} but evicting pods on borrowed capacity would not "
+                f"make room for the whole gang {gang} ({choice}): nothing is evicted"
+            )
+        victims = choice.pods
+        nodes = trial.nodes(victims)
+        view = self.keeper.view
+        claims: dict[str, dict[Key, Obj]] = {}
+        for victim in victims:
+            self.keeper.evicting[victim.key] = queue
+            self.ledger.remove(victim.queue, victim.amounts)
+            for claim in view.pod_claims(view.pods[victim.key]) or []:
+                allocation = allocation_of(claim)
+                if allocation is not None:
+                    where = allocation_node(allocation) or "*"
+                    claims.setdefault(where, {})[key_of(claim)] = allocation
+        until = time.monotonic() + self.keeper.settings.hold_s
+        keys = [key_of(p) for p in pods]
+        for (
+            key
+        ) in keys:  # each holds what was freed on its node; the last, what was freed elsewhere
+            node = nodes.get(key, "")
+            kept = claims.pop(node, {})
+            if key == keys[-1]:
+                for rest in claims.values():
+                    kept.update(rest)
+            self.keeper.holds[key] = Hold(
+                pod=key,
+                queue=queue,
+                node=node,
+                claims=kept,
+                victims={v.key for v in victims},
+                until=until,
+                gang=gang,
+            )
+        where = ", ".join(sorted(set(nodes.values())))
+        self.reclaims.append(
+            Reclaim(
+                pods[0],
+                queue,
+                where,
+                [(view.pods[v.key], v.queue) for v in victims],
+                gang=gang,
+                holders=tuple(keys),
+            )
+        )
+        names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
+        return (
+            f"gang {gang}: {standing}: evicting {names} (borrowed capacity) to make room for "
+            f"its {len(pods)} members on node(s) {where}"
+        )
+
     def _victims(self, pod: Obj, queue: str) -> tuple[str, list[Unit]] | None:
         view = self.keeper.view
         claims = view.pod_claims(pod) or []
         missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
         if not missing:
             return None
-        if self._running is None:  # once per pass: every pod's claims are read to build it
-            self._running = self.keeper.running()
-        running = [r for r in self._running if r.key not in self.keeper.evicting]
-        units = borrowed_units(self.ledger, running, queue)
+        units = self._borrowed(queue)
         if not units:
             return None
         spec = self.ledger.tree.queues[queue]
@@ -433,6 +528,12 @@ class QueuePass:
                     self.ledger.add(victim.queue, victim.amounts)
 
         return choose_victims(units, fits)
+
+
+def _gang_name(pod: Obj, settings: QueueSettings) -> str:
+    meta = pod["metadata"]
+    name = (meta.get("labels") or {}).get(settings.gang_label) or meta["name"]
+    return f"{meta.get('namespace')}/{name}"
 
 
 def _standing(used: Amounts, spec: QueueSpec) -> str:

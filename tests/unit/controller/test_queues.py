@@ -13,6 +13,7 @@ from kubernetes import client
 
 from controller.daemon import ControllerDaemon
 from controller.view import allocation_of
+from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import GROUP as QGROUP
 from dra_driver.queues import PLURAL as QPLURAL
 from dra_driver.queues import VERSION as QVERSION
@@ -72,18 +73,16 @@ def gpu_pod(
     namespace: str,
     name: str,
     labels: dict[str, str] | None = None,
+    gpus: int = 1,
     **spec: Any,
 ) -> None:
-    """A gated pod with its own one-GPU claim."""
+    """A gated pod with its own claim for `gpus` whole GPUs."""
+    request = {"deviceClassName": "gpu.dra-driver.dev", "count": gpus}
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}]
-            }
-        },
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
     }
     cluster.objects.create_namespaced_custom_object(
         GROUP, VERSION, namespace, "resourceclaims", claim
@@ -394,5 +393,122 @@ async def test_a_team_held_back_by_its_organisations_limit_reclaims_from_a_sibli
         assert read_pod(cluster, "qa", "a1") is not None
         await passes(daemon, 3)
         assert not gated(cluster, "qb", "b1")
+    finally:
+        daemon.stop_watches()
+
+
+async def two_nodes_lent(server: ApiServer, api: client.ApiClient) -> tuple[Cluster, Any]:
+    """2 nodes x 8 H100; queues a and b guaranteed 8 each; 16 one-GPU pods of queue a placed,
+    alternately pinned to the two nodes, so the 8 borrowed ones (the newest) are 4 per node."""
+    cluster = Cluster(server, api)
+    cluster.add_classes()
+    cluster.add_nodes(2)
+    for namespace in ("qa", "qb"):
+        cluster.core.create_namespace({"metadata": {"name": namespace}})
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "8"}, reclaim="Borrowed")
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "8"}, reclaim="Borrowed")
+    names = [f"a{i:02d}" for i in range(1, 17)]
+    for index, name in enumerate(names):
+        node = f"node-{index % 2 + 1}"
+        gpu_pod(cluster, "qa", name, nodeSelector={"kubernetes.io/hostname": node})
+    daemon = await manual_controller(api, settle_s=0.0)
+    await known(daemon, *(("qa", n) for n in names))
+    await passes(daemon)
+    assert not any(gated(cluster, "qa", n) for n in names)
+    return cluster, daemon
+
+
+def trainers(cluster: Cluster, **spec: Any) -> None:
+    """Queue b's gang of two pods, each asking for 4 GPUs on one node."""
+    gang = {f"{DRIVER}/gang": "trainers", f"{DRIVER}/gang-size": "2"}
+    for name in ("t0", "t1"):
+        gpu_pod(cluster, "qb", name, labels=gang, gpus=4, **spec)
+
+
+def held_devices(cluster: Cluster) -> list[tuple[str, str]]:
+    """Every (pool, device) that an allocated claim holds, once per claim that holds it."""
+    held = []
+    for namespace in ("qa", "qb"):
+        found: Any = cluster.objects.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "resourceclaims"
+        )
+        for claim in found["items"]:
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                held.append((result["pool"], result["device"]))
+    return held
+
+
+async def test_a_waiting_gang_reclaims_across_two_nodes(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster, daemon = await two_nodes_lent(server, api)
+    try:
+        started = time.monotonic()
+        trainers(cluster)
+        await known(daemon, ("qb", "t0"), ("qb", "t1"))
+        await passes(daemon)
+        # 4 borrowed pods per node: neither node alone can take the gang, both together can.
+        evicted = [f"a{i:02d}" for i in range(9, 17)]
+        await eventually(
+            lambda: all(read_pod(cluster, "qa", n) is None for n in evicted),
+            what="the 8 borrowed pods evicted",
+        )
+        kept = [f"a{i:02d}" for i in range(1, 9)]
+        assert all(read_pod(cluster, "qa", n) is not None for n in kept)
+        found = condition(cluster, "qb", "t0", f"{DRIVER}/DevicesAllocated")
+        assert found is not None and "gang qb/trainers" in found["message"]
+        assert "node(s) node-1, node-2" in found["message"]
+        events = [e.message for e in cluster.core.list_namespaced_event("qa").items]
+        assert any("for gang qb/trainers" in (m or "") for m in events)
+        gpu_pod(cluster, "qa", "a17")  # arrives while they go: the freed GPUs are held
+        release_claims_of_gone_pods(cluster, "qa")
+        await known(daemon, ("qa", "a17"))
+        await eventually(
+            lambda: all(
+                daemon.view.claims[("qa", n)].get("status", {}).get("reservedFor") is None
+                for n in evicted
+            ),
+            what="the victims' claims released in the view",
+        )
+        await passes(daemon)
+        await eventually(
+            lambda: all(allocation_of(daemon.view.claims[("qa", n)]) is None for n in evicted),
+            what="the victims' claims deallocated in the view",
+        )
+        await passes(daemon, 2)
+        assert not gated(cluster, "qb", "t0") and not gated(cluster, "qb", "t1")
+        assert time.monotonic() - started < 30
+        assert gated(cluster, "qa", "a17")
+        nodes = {
+            allocation_node(allocation_of(daemon.view.claims[("qb", n)]) or {})
+            for n in ("t0", "t1")
+        }
+        assert nodes == {"node-1", "node-2"}
+        held = held_devices(cluster)
+        assert len(held) == 16 and len(set(held)) == 16  # 8 of a and the gang's 8, none twice
+        assert all(read_pod(cluster, "qa", n) is not None for n in kept)
+        evictions = daemon.queue_metrics.evictions.labels(queue="b", victim_queue="a")
+        assert evictions._value.get() == 8
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_gang_that_would_not_fit_after_reclaim_evicts_nothing_and_says_why(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster, daemon = await two_nodes_lent(server, api)
+    try:
+        # Both members must run on node-1, where only 4 GPUs are borrowed.
+        trainers(cluster, nodeSelector={"kubernetes.io/hostname": "node-1"})
+        await known(daemon, ("qb", "t0"), ("qb", "t1"))
+        await passes(daemon)
+        found = condition(cluster, "qb", "t1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None and found["status"] == "False"
+        assert "would not make room for the whole gang qb/trainers" in found["message"]
+        assert "even with every pod on borrowed capacity evicted" in found["message"]
+        assert "nothing is evicted" in found["message"]
+        assert daemon.reconciler.queues.evicting == {}
+        assert all(read_pod(cluster, "qa", f"a{i:02d}") is not None for i in range(1, 17))
     finally:
         daemon.stop_watches()
