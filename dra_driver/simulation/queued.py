@@ -23,7 +23,11 @@ a pod that waited leaves that much later. An evicted pod comes back at once as a
 same name, as a Job's controller would make one, with the run time it had left; it waits in its
 queue like any arrival, and its queueing delay counts from its return.
 
-Gangs are not modelled: every pod is decided on its own.
+Gangs: pods with the controller's gang labels (`<driver>/gang`, `<driver>/gang-size`) are
+decided together once all members wait, each member on its own node if need be, all placed or
+none. A waiting gang reclaims as the controller does (`choose_gang_victims`): victims such that
+every member fits at once, or none; the members are then placed on the nodes that trial chose.
+A victim's gang is evicted whole and comes back whole.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import AllocationError, ClusterSnapshot
+from dra_driver.controller_names import default_gang_label, default_gang_size_label
 from dra_driver.queues import (
     RECLAIM_BORROWED,
     ZERO,
@@ -47,7 +53,8 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
-from dra_driver.queues.spec import pod_priority
+from dra_driver.queues.gang_reclaim import choose_gang_victims
+from dra_driver.queues.spec import format_gpu, pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
 
 _DEPART = 0
@@ -83,6 +90,9 @@ class Job:
     evictions: int = 0
     last_node: str | None = None
     last_allocations: list[dict[str, Any]] | None = None
+    gang: str | None = None
+    """`namespace/name` of its gang; its members are decided and evicted together."""
+    gang_size: int = 1
 
     @property
     def created(self) -> str:
@@ -136,6 +146,8 @@ class QueuedReplay:
     """Queue → seconds from arrival to placement, one per placement."""
     timeline: list[UsageRow] = field(default_factory=list)
     on_evict: EvictionHook | None = None
+    gang_label: str = default_gang_label(DEFAULT_DRIVER_NAME)
+    gang_size_label: str = default_gang_size_label(DEFAULT_DRIVER_NAME)
     _events: list[tuple[float, int, int, Job, int]] = field(default_factory=list)
     _seq: Iterator[int] = field(default_factory=itertools.count)
     _capacity: Amounts = ZERO
@@ -184,8 +196,19 @@ class QueuedReplay:
             run=None if departure is None else departure - arrival,
             arrived=arrival,
         )
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        gang = labels.get(self.gang_label)
+        if gang:
+            raw = labels.get(self.gang_size_label)
+            try:
+                job.gang, job.gang_size = f"{job.namespace}/{gang}", int(str(raw))
+            except ValueError:
+                job.reason, job.failed = f"label {self.gang_size_label}={raw!r} is no size", True
+            if job.gang_size < 1:
+                job.reason, job.failed = f"label {self.gang_size_label}={raw!r} is below 1", True
         self.jobs.append(job)
-        self._push(arrival, _ARRIVE, job)
+        if not job.failed:
+            self._push(arrival, _ARRIVE, job)
 
     def _push(self, time: float, kind: int, job: Job) -> None:
         heapq.heappush(self._events, (time, kind, next(self._seq), job, job.token))
@@ -232,53 +255,104 @@ class QueuedReplay:
             ledger.add(job.queue, job.amounts)
         return ledger
 
+    def _units(self) -> dict[str, list[list[Job]]]:
+        """Waiting pods by queue, as units (a pod, or a gang once all its members wait) in the
+        controller's order within a queue."""
+        pending: dict[str, list[list[Job]]] = {}
+        gangs: dict[str, list[Job]] = {}
+        for job in self.waiting:
+            if job.gang is None:
+                pending.setdefault(job.queue, []).append([job])
+            else:
+                gangs.setdefault(job.gang, []).append(job)
+        for members in gangs.values():
+            if len(members) == members[0].gang_size:
+                members.sort(key=lambda j: j.name)
+                pending.setdefault(members[0].queue, []).append(members)
+            else:
+                for job in members:
+                    job.reason = f"gang {job.gang} has {len(members)} of {job.gang_size} pods"
+        for units in pending.values():
+            units.sort(
+                key=lambda u: (
+                    -max(j.priority for j in u),
+                    min(j.arrived for j in u),
+                    min(j.order for j in u),
+                )
+            )
+        return pending
+
     def _pass(self, now: float) -> bool:
         changed = False
         ledger = self.ledger()
         ledger.waiting = {job.queue for job in self.waiting}
-        pending: dict[str, list[Job]] = {}
-        for job in self.waiting:
-            pending.setdefault(job.queue, []).append(job)
-        for jobs in pending.values():
-            jobs.sort(key=lambda j: (-j.priority, j.arrived, j.order))
+        pending = self._units()
         while True:
-            queue = ledger.next_queue(q for q, jobs in pending.items() if jobs)
+            queue = ledger.next_queue(q for q, units in pending.items() if units)
             if queue is None:
                 return changed
-            job = pending[queue].pop(0)
+            unit = pending[queue].pop(0)
+            placements = self._place(unit)
+            if placements is None:
+                continue  # never placeable
+            if isinstance(placements, str):
+                for job in unit:
+                    job.reason = placements
+                changed = self._reclaim(now, unit, ledger) or changed
+                continue
+            if self._admit(now, unit, placements, ledger):
+                changed = True
+            else:  # held back by a limit: reclaim as the controller does (siblings borrowed)
+                changed = self._reclaim(now, unit, ledger) or changed
+
+    def _place(self, unit: Sequence[Job]) -> list[PodPlacement] | str | None:
+        """Every member placed (each on its node), or why not with nothing placed; None when
+        the input makes a member unplaceable for good (then the unit is given up)."""
+        placed: list[PodPlacement] = []
+        for job in unit:
             try:
                 placement = self.cluster.place_pod(job.pod, job.claims, retry=job.tried)
             except AllocationError as err:
-                job.reason, job.failed = str(err), True
-                self.waiting.remove(job)
-                continue
+                for done in placed:
+                    self.cluster.release_pod(done)
+                for member in unit:
+                    member.reason, member.failed = str(err), True
+                    self.waiting.remove(member)
+                return None
             job.tried = True
             if placement.node is None or placement.allocations is None:
-                job.reason = placement.reason
-                changed = self._reclaim(now, job, ledger) or changed
-                continue
-            if self._admit(now, job, placement, ledger):
-                changed = True
-            else:  # held back by a limit: reclaim as the controller does (siblings borrowed)
-                changed = self._reclaim(now, job, ledger) or changed
+                for done in placed:
+                    self.cluster.release_pod(done)
+                prefix = "" if len(unit) == 1 else f"gang member {job.key}: "
+                return f"{prefix}{placement.reason}"
+            placed.append(placement)
+        return placed
 
-    def _admit(self, now: float, job: Job, placement: PodPlacement, ledger: Ledger) -> bool:
-        asks = self.amounts(placement.allocations or [])
-        refusal = ledger.refusal(job.queue, asks)
+    def _admit(
+        self, now: float, unit: Sequence[Job], placements: Sequence[PodPlacement], ledger: Ledger
+    ) -> bool:
+        asks = ZERO
+        for placement in placements:
+            asks = asks + self.amounts(placement.allocations or [])
+        refusal = ledger.refusal(unit[0].queue, asks)
         if refusal is not None:
-            self.cluster.release_pod(placement)
-            job.reason = refusal
+            for placement in placements:
+                self.cluster.release_pod(placement)
+            for job in unit:
+                job.reason = refusal
             return False
-        ledger.add(job.queue, asks)
-        self.waiting.remove(job)
-        job.placement, job.amounts, job.placed_at = placement, asks, now
-        job.last_node, job.last_allocations = placement.node, placement.allocations
-        job.reason = None
-        job.token += 1
-        self.running[job.key] = job
-        self.delays.setdefault(job.queue, []).append(now - job.arrived)
-        if job.run is not None:
-            self._push(now + job.run, _DEPART, job)
+        ledger.add(unit[0].queue, asks)
+        for job, placement in zip(unit, placements, strict=True):
+            self.waiting.remove(job)
+            job.placement, job.placed_at = placement, now
+            job.amounts = self.amounts(placement.allocations or [])
+            job.last_node, job.last_allocations = placement.node, placement.allocations
+            job.reason = None
+            job.token += 1
+            self.running[job.key] = job
+            self.delays.setdefault(job.queue, []).append(now - job.arrived)
+            if job.run is not None:
+                self._push(now + job.run, _DEPART, job)
         return True
 
     def _stop(self, job: Job) -> None:
@@ -298,6 +372,7 @@ class QueuedReplay:
                 priority=job.priority,
                 created=job.created,
                 amounts=job.amounts,
+                gang=job.gang,
             )
             for job in self.running.values()
             if job.placement is not None
@@ -336,14 +411,18 @@ class QueuedReplay:
     def _job(self, running: Running) -> Job:
         return self.running[f"{running.key[0]}/{running.key[1]}"]
 
-    def _reclaim(self, now: float, job: Job, ledger: Ledger) -> bool:
+    def _reclaim(self, now: float, unit: Sequence[Job], ledger: Ledger) -> bool:
+        job = unit[0]
         if not ledger.short_of_guarantee(job.queue):
             return False
         spec = self.tree.queues[job.queue]
         if spec.reclaim != RECLAIM_BORROWED:
-            job.reason = f"{job.reason}; queue {job.queue} is below its guarantee but its "
-            job.reason += f"reclaim policy is {spec.reclaim}"
+            for member in unit:
+                member.reason = f"{member.reason}; queue {job.queue} is below its guarantee but "
+                member.reason += f"its reclaim policy is {spec.reclaim}"
             return False
+        if len(unit) > 1:
+            return self._reclaim_gang(now, unit, ledger)
         running = self.running_pods()
         units = borrowed_units(ledger, running, job.queue)
         chosen = choose_victims(units, self.fits(job, ledger)) if units else None
@@ -352,24 +431,62 @@ class QueuedReplay:
             return False
         node, victims = chosen
         for victim in (pod for unit in victims for pod in unit.pods):
-            evicted = self._job(victim)
-            record = Eviction(now, evicted.key, evicted.queue, job.key, job.queue, node)
-            if self.on_evict is not None:
-                self.on_evict(record, running, ledger)
-            self.evictions.append(record)
-            self._stop(evicted)
-            ledger.remove(evicted.queue, victim.amounts)
-            evicted.evictions += 1
-            if evicted.run is not None:
-                evicted.run = max(0.0, evicted.run - (now - evicted.placed_at))
-            evicted.arrived = now
-            evicted.order = len(self.jobs) + len(self.evictions)
-            evicted.reason = f"evicted at {now:g}s for {job.key} of queue {job.queue}"
-            self.waiting.append(evicted)
+            self._evict(now, victim, job.key, job.queue, node, running, ledger)
         placement = self.cluster.place_on(node, job.pod, job.claims)
         if placement.node is not None:
-            self._admit(now, job, placement, ledger)
+            self._admit(now, [job], [placement], ledger)
         return True
+
+    def _reclaim_gang(self, now: float, unit: Sequence[Job], ledger: Ledger) -> bool:
+        queue, gang = unit[0].queue, unit[0].gang
+        running = self.running_pods()
+        trial = _ReplayGangTrial(self, unit, ledger)
+        choice = choose_gang_victims(borrowed_units(ledger, running, queue), len(unit), trial)
+        if isinstance(choice, str):
+            for job in unit:
+                job.reason = f"{job.reason}; evicting would not make room for gang {gang}: {choice}"
+            return False
+        nodes = trial.nodes(choice.pods)
+        for victim in choice.pods:
+            where = sorted(victim.nodes)[0] if victim.nodes else ""
+            self._evict(now, victim, f"gang {gang}", queue, where, running, ledger)
+        placements: list[PodPlacement] = []
+        for job, node in zip(unit, nodes, strict=True):
+            placement = self.cluster.place_on(node, job.pod, job.claims)
+            if placement.node is None:  # the trial placed it there: a first-fit difference
+                for done in placements:
+                    self.cluster.release_pod(done)
+                for member in unit:
+                    member.reason = f"gang {gang}: {placement.reason} after reclaim"
+                return True
+            placements.append(placement)
+        self._admit(now, unit, placements, ledger)
+        return True
+
+    def _evict(
+        self,
+        now: float,
+        victim: Running,
+        by_pod: str,
+        by_queue: str,
+        node: str,
+        running: Sequence[Running],
+        ledger: Ledger,
+    ) -> None:
+        evicted = self._job(victim)
+        record = Eviction(now, evicted.key, evicted.queue, by_pod, by_queue, node)
+        if self.on_evict is not None:
+            self.on_evict(record, running, ledger)
+        self.evictions.append(record)
+        self._stop(evicted)
+        ledger.remove(evicted.queue, victim.amounts)
+        evicted.evictions += 1
+        if evicted.run is not None:
+            evicted.run = max(0.0, evicted.run - (now - evicted.placed_at))
+        evicted.arrived = now
+        evicted.order = len(self.jobs) + len(self.evictions)
+        evicted.reason = f"evicted at {now:g}s for {by_pod} of queue {by_queue}"
+        self.waiting.append(evicted)
 
     def _record(self, now: float) -> None:
         ledger = self.ledger()
@@ -377,3 +494,85 @@ class QueuedReplay:
         if self.timeline and self.timeline[-1].used == used:
             return
         self.timeline.append(UsageRow(now, used))
+
+
+@dataclass(slots=True)
+class _ReplayGangTrial:
+    """`GangTrial` over the replay's cluster: members placed as the replay places pods,
+    victims' placements released while they count as gone."""
+
+    replay: QueuedReplay
+    unit: Sequence[Job]
+    ledger: Ledger
+    placed: dict[int, PodPlacement] = field(default_factory=dict)
+    released: dict[str, PodPlacement] = field(default_factory=dict)
+    why: dict[int, str] = field(default_factory=dict)
+
+    def place(self, member: int, freed: Sequence[Running], node: str | None = None) -> bool:
+        self._free(freed)
+        job = self.unit[member]
+        cluster = self.replay.cluster
+        if node is None:
+            placement = cluster.place_pod(job.pod, job.claims, retry=True)
+        else:
+            placement = cluster.place_on(node, job.pod, job.claims)
+        if placement.node is None:
+            self.why[member] = f"gang member {job.key}: {placement.reason}"
+            return False
+        self.placed[member] = placement
+        return True
+
+    def unplace(self, member: int) -> None:
+        placement = self.placed.pop(member, None)
+        if placement is not None:
+            self.replay.cluster.release_pod(placement)
+
+    def admissible(self, freed: Sequence[Running]) -> str | None:
+        queue = self.unit[0].queue
+        asks = ZERO
+        for placement in self.placed.values():
+            asks = asks + self.replay.amounts(placement.allocations or [])
+        spec = self.replay.tree.queues[queue]
+        if not spec.guaranteed.covers(self.ledger.used(queue) + asks):
+            return (
+                f"the gang asks {format_gpu(asks.gpu)} GPUs, more than queue {queue}'s "
+                "guarantee leaves it"
+            )
+        for victim in freed:
+            self.ledger.remove(victim.queue, victim.amounts)
+        try:
+            return self.ledger.refusal(queue, asks)
+        finally:
+            for victim in freed:
+                self.ledger.add(victim.queue, victim.amounts)
+
+    def lacking(self, member: int) -> str:
+        return self.why.get(member, "")
+
+    def reset(self) -> None:
+        for member in list(self.placed):
+            self.unplace(member)
+        self._free(())
+
+    def nodes(self, freed: Sequence[Running]) -> list[str]:
+        """The node of each member with `freed` gone (every member fits then)."""
+        found: list[str] = []
+        self.reset()
+        try:
+            for member in range(len(self.unit)):
+                if self.place(member, freed):
+                    found.append(self.placed[member].node or "")
+        finally:
+            self.reset()
+        return found
+
+    def _free(self, freed: Sequence[Running]) -> None:
+        cluster = self.replay.cluster
+        wanted = {f"{r.key[0]}/{r.key[1]}" for r in freed}
+        for key in [k for k in self.released if k not in wanted]:
+            cluster.restore_pod(self.released.pop(key))
+        for key in wanted:
+            job = self.replay.running.get(key)
+            if key not in self.released and job is not None and job.placement is not None:
+                cluster.release_pod(job.placement)
+                self.released[key] = job.placement

@@ -237,3 +237,58 @@ def test_the_example_reclaims_for_training_and_inference(
         {"queue": "inference", "from": "research", "pods": 1},
     ]
     assert all(p["node"] for p in out["pods"])
+
+
+def gang_member(name: str, arrival: float, gpus: int) -> dict[str, Any]:
+    """A pod of queue b's gang `trainers` of two, with a claim for `gpus` GPUs."""
+    member = pod("b", name, arrival)
+    member["metadata"]["labels"] = {f"{DRIVER}/gang": "trainers", f"{DRIVER}/gang-size": "2"}
+    member["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": f"gpus-{gpus}"}
+    ]
+    return member
+
+
+def gpus_template(gpus: int) -> dict[str, Any]:
+    found = template("b")
+    found["metadata"]["name"] = f"gpus-{gpus}"
+    found["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = gpus
+    return found
+
+
+def two_lent_nodes(gpus: int) -> list[dict[str, Any]]:
+    """Two nodes of 8 GPUs, all of them borrowed by queue a's 16 pods; then queue b's gang."""
+    docs = [
+        CLASS,
+        *slices("n1", 8),
+        *slices("n2", 8),
+        template("a"),
+        gpus_template(gpus),
+        queue("lender", namespaces=["b"], guaranteed={"gpu": 16}),
+        queue("borrower", namespaces=["a"]),
+    ]
+    docs += [pod("a", f"a{i:02d}", i) for i in range(16)]
+    return [*docs, gang_member("t0", 20, gpus), gang_member("t1", 21, gpus)]
+
+
+def test_a_waiting_gang_reclaims_room_for_every_member_across_nodes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_json(capsys, tmp_path, two_lent_nodes(8))
+    report = out["queues"]
+    # The gang is complete at 21 s; each member needs a whole node: all 16 borrowed pods go.
+    assert len(report["evictions"]) == 16
+    assert {e["byPod"] for e in report["evictions"]} == {"gang b/trainers"}
+    assert {e["time"] for e in report["evictions"]} == {21.0}
+    placed = nodes(out)
+    assert {placed["t0"], placed["t1"]} == {"n1", "n2"}
+    assert by_queue(out)["borrower"]["evicted"] == 16
+
+
+def test_a_gang_that_would_not_fit_after_reclaim_evicts_nothing_in_the_replay(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = run_json(capsys, tmp_path, two_lent_nodes(9))  # no node has 9 GPUs
+    assert out["queues"]["evictions"] == []
+    reason = next(p["reason"] for p in out["pods"] if p["name"] == "t0")
+    assert "even with every pod on borrowed capacity evicted" in reason
