@@ -26,6 +26,7 @@ is decided again as one unit, so all its holds end together.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from controller.decide import Decision, Unallocatable
+from controller.decide import Decision, Outcome, Unallocatable, decide
 from controller.gang_trial import ViewGangTrial
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
@@ -58,6 +59,9 @@ from dra_driver.queues.gang_reclaim import choose_gang_victims
 from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
+
+#: How long a waiting pod that keeps failing the same way keeps its explanation.
+EXPLAIN_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -129,6 +133,9 @@ class QueueKeeper:
         """Pods we asked to evict → the queue that reclaimed; dropped once they are gone."""
         self.spared: dict[Key, float] = {}
         """Pods whose eviction a PodDisruptionBudget refused → when to consider them again."""
+        self.explained: dict[Key, tuple[float, str, str]] = {}
+        """Waiting pod (a unit's first) → when its failure was last explained, the reason
+        without the explanation, and with it."""
 
     # --- the tree and the ledger -------------------------------------------------------------
 
@@ -266,6 +273,8 @@ class QueueKeeper:
 
     def expire_holds(self, gated: set[Key]) -> None:
         now = time.monotonic()
+        for key in [k for k in self.explained if k not in gated]:
+            del self.explained[key]
         for key, hold in list(self.holds.items()):
             if hold.until <= now or key not in gated:
                 log.info("hold released", pod=f"{key[0]}/{key[1]}", node=hold.node)
@@ -284,6 +293,8 @@ class QueuePass:
     """Pods that could be evicted, found once per pass when reclaim first needs them."""
     _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
     """Hold → the allocations recorded for it in the allocator's usage during this pass."""
+    _unexplained: set[Key] = field(default_factory=set)
+    """Pods whose failed decision was not explained yet (see `decide`)."""
 
     @classmethod
     def start(
@@ -339,6 +350,44 @@ class QueuePass:
                 self._release_hold(key_of(pod))
             yield unit
 
+    # --- a decision ----------------------------------------------------------------------------
+
+    def decide(self, pods: Sequence[Obj]) -> Outcome:
+        """`decide`, without the allocator's explanation of a failure unless it is shown: the
+        explanation (one more search of a few nodes, with reasons) costs more than the failing
+        search itself, for every waiting pod in every pass. A pod that may reclaim shows
+        reclaim's outcome instead (explained only when reclaim cannot help, `_explained`); a
+        pod that failed the same way within `EXPLAIN_EVERY_S` keeps its last explanation."""
+        view = self.keeper.view
+        with unexplained(view):
+            outcome = decide(view, pods)
+        if not isinstance(outcome, Unallocatable):
+            return outcome
+        self._unexplained.update(key_of(p) for p in pods)
+        queue = self.keeper.queue_of(pods[0])
+        spec = self.ledger.tree.queues[queue]
+        if spec.reclaim == RECLAIM_BORROWED and self.ledger.short_of_guarantee(queue):
+            return outcome
+        return Unallocatable(self._explained(pods, outcome))
+
+    def _explained(self, pods: Sequence[Obj], outcome: Unallocatable) -> str:
+        """The reason the pods did not fit, with the allocator's explanation."""
+        keys = [key_of(p) for p in pods]
+        if not any(key in self._unexplained for key in keys):
+            return outcome.reason
+        self._unexplained.difference_update(keys)
+        now = time.monotonic()
+        last = self.keeper.explained.get(keys[0])
+        if last is not None and last[1] == outcome.reason and now - last[0] < EXPLAIN_EVERY_S:
+            return last[2]
+        again = decide(self.keeper.view, pods)
+        if isinstance(again, Decision):  # nothing changed since it failed: not expected
+            for key in again.allocations:
+                self.keeper.view.forget(key)
+            return outcome.reason
+        self.keeper.explained[keys[0]] = (now, outcome.reason, again.reason)
+        return again.reason
+
     # --- after a decision ----------------------------------------------------------------------
 
     def admit(self, pods: Sequence[Obj], decision: Decision) -> str | None:
@@ -361,7 +410,7 @@ class QueuePass:
         queue = self.keeper.queue_of(pods[0])
         self.ledger.waiting.add(queue)
         if not self.ledger.short_of_guarantee(queue):
-            return outcome.reason
+            return self._explained(pods, outcome)
         pod = pods[0]
         spec = self.ledger.tree.queues[queue]
         used = self.ledger.used(queue)
@@ -381,7 +430,8 @@ class QueuePass:
             )
         chosen = self._victims(pod, queue)
         if chosen is None:
-            return f"{outcome.reason}; {standing} but no pod on borrowed capacity would make room"
+            why = self._explained(pods, outcome)
+            return f"{why}; {standing} but no pod on borrowed capacity would make room"
         node, units = chosen
         victims = [p for u in units for p in u.pods]
         claims: dict[Key, Obj] = {}
@@ -432,9 +482,10 @@ class QueuePass:
         )
         choice = choose_gang_victims(self._borrowed(queue), len(pods), trial)
         if isinstance(choice, str):
+            why = self._explained(pods, outcome)
             return (
-                f"{outcome.reason}; {standing} but evicting pods on borrowed capacity would not "
-                f"make room for the whole gang {gang} ({choice}): nothing is evicted"
+                f"{why}; {standing} but evicting pods on borrowed capacity would not make room "
+                f"for the whole gang {gang} ({choice}): nothing is evicted"
             )
         victims = choice.pods
         nodes = trial.nodes(victims)
@@ -504,7 +555,7 @@ class QueuePass:
         def fits(node: str, freed: Sequence[Running]) -> bool:
             if view.lacking([pod], [node], freed=[r.key for r in freed]):
                 return False
-            with view.without(k for r in freed for k in claim_keys[r.key]):
+            with view.without(k for r in freed for k in claim_keys[r.key]), unexplained(view):
                 placer = view.placer()
                 placement = placer.place(missing, nodes=[node])
                 if placement.allocations is None:
@@ -528,6 +579,18 @@ class QueuePass:
                     self.ledger.add(victim.queue, victim.amounts)
 
         return choose_victims(units, fits)
+
+
+@contextlib.contextmanager
+def unexplained(view: ClusterView) -> Iterator[None]:
+    """The allocator's failures without their per-node explanation, while inside."""
+    placer = view.placer()
+    before = placer.explain_failures
+    placer.explain_failures = False
+    try:
+        yield
+    finally:
+        placer.explain_failures = before
 
 
 def _gang_name(pod: Obj, settings: QueueSettings) -> str:

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.allocation_metrics import AllocationMetrics
 from controller.config import ControllerConfig
-from controller.decide import Decision, NotYet, Unallocatable, decide, no_room
+from controller.decide import Decision, NotYet, Unallocatable, no_room
 from controller.evictions import carry_out
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
@@ -338,7 +338,7 @@ class Reconciler:
         decisions = []
         try:
             for pods in order:
-                outcome = decide(self.view, pods)
+                outcome = order.decide(pods)
                 if isinstance(outcome, Decision):
                     refusal = order.admit(pods, outcome)
                     if refusal is None:

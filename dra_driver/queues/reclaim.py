@@ -80,18 +80,26 @@ def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -
     """Units that hold only borrowed capacity, of queues other than `requester`."""
     by_lender: dict[str, list[Running]] = {}
     everyone: dict[tuple[str, str], Running] = {}
+    lenders: dict[str, str] = {}
+    """Queue → its lender (one tree walk per queue, not per pod: reclaim asks per waiting pod)."""
     for pod in running:
         everyone[pod.key] = pod
         if pod.queue in ledger.tree.queues:
-            by_lender.setdefault(lender(ledger.tree, pod.queue, requester), []).append(pod)
+            found = lenders.get(pod.queue)
+            if found is None:
+                found = lenders[pod.queue] = lender(ledger.tree, pod.queue, requester)
+            by_lender.setdefault(found, []).append(pod)
     protected: set[tuple[str, str]] = set()
     borrowed: list[Running] = []
     for name, pods in by_lender.items():
         guaranteed = ledger.tree.queues[name].guaranteed
         held = ZERO
+        within = True  # what is held only grows: past the guarantee once, past it for good
         for pod in sorted(pods, key=lambda p: (-p.priority, p.created, p.key)):
-            held = held + pod.amounts
-            if guaranteed.covers(held):
+            if within:
+                held = held + pod.amounts
+                within = guaranteed.covers(held)
+            if within:
                 protected.add(pod.key)
             elif pod.queue != requester:
                 borrowed.append(pod)
