@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import structlog
 import urllib3
@@ -22,10 +23,27 @@ from controller.queueing import QueueKeeper, Reclaim
 log = structlog.get_logger(__name__)
 
 REASON = "ReclaimedByQueue"
+#: Reclaims of one pass carried out at once (each is three API calls per victim).
+EVICT_CONCURRENCY = 16
 
 
 def reclaimed_condition(driver_name: str) -> str:
     return f"{driver_name}/Reclaimed"
+
+
+async def carry_out_all(
+    reclaims: Sequence[Reclaim], api: ControllerApi, keeper: QueueKeeper, metrics: QueueMetrics
+) -> None:
+    """Every reclaim of a pass, several at once: a queue that arrives starved reclaims for
+    hundreds of pods in one pass, and one after another their calls would hold the pass up
+    for seconds. The victims of one reclaim still go in order."""
+    limit = asyncio.Semaphore(EVICT_CONCURRENCY)
+
+    async def one(reclaim: Reclaim) -> None:
+        async with limit:
+            await carry_out(reclaim, api, keeper, metrics)
+
+    await asyncio.gather(*(one(r) for r in reclaims))
 
 
 async def carry_out(

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from controller.allocation_metrics import AllocationMetrics
 from controller.config import ControllerConfig
 from controller.decide import Decision, NotYet, Unallocatable, no_room
-from controller.evictions import carry_out
+from controller.evictions import carry_out_all
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.kube_calls import ControllerApi
@@ -251,8 +251,7 @@ class Reconciler:
         decisions, reclaims = self._decide(self._units(keys))
         self._in_flight = decisions
         await self._send_reports()
-        for reclaim in reclaims:
-            await carry_out(reclaim, self.api, self.queues, self.queue_metrics)
+        await carry_out_all(reclaims, self.api, self.queues, self.queue_metrics)
         if decisions:
             await self._write_all(decisions)
         self._in_flight = []
