@@ -315,6 +315,9 @@ async def test_pods_within_the_guarantee_are_never_evicted(
         found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
         assert found is not None
         assert "no pod on borrowed capacity would make room" in found["message"]
+        # Reclaim could not help: the allocator's explanation is made and shown after all.
+        assert "no node fits (1 tried): node-1:" in found["message"]
+        assert "already allocated" in found["message"]
     finally:
         daemon.stop_watches()
 
