@@ -89,7 +89,12 @@ class ViewGangTrial:
         if not state.missing:
             state.placed = (candidates[0], [])
             return True
-        placement = self.view.placer().place(state.missing, nodes=candidates, prefer=together)
+        placer = self.view.placer()
+        explain, placer.explain_failures = placer.explain_failures, False  # trials: yes or no
+        try:
+            placement = placer.place(state.missing, nodes=candidates, prefer=together)
+        finally:
+            placer.explain_failures = explain
         if placement.allocations is None or placement.node is None:
             state.why = f"{prefix}{placement.reason}"
             return False
