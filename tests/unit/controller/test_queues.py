@@ -475,6 +475,12 @@ async def test_a_waiting_gang_reclaims_across_two_nodes(
             what="the victims' claims released in the view",
         )
         await passes(daemon)
+        found = condition(cluster, "qb", "t1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None
+        assert (
+            "waiting for the devices of 8 evicted pod(s) on node(s) node-1, node-2"
+            in (found["message"])
+        )
         await eventually(
             lambda: all(allocation_of(daemon.view.claims[("qa", n)]) is None for n in evicted),
             what="the victims' claims deallocated in the view",
