@@ -501,9 +501,8 @@ class QueuePass:
                     claims.setdefault(where, {})[key_of(claim)] = allocation
         until = time.monotonic() + self.keeper.settings.hold_s
         keys = [key_of(p) for p in pods]
-        for (
-            key
-        ) in keys:  # each holds what was freed on its node; the last, what was freed elsewhere
+        # Each member holds what was freed on its node; the last, what was freed elsewhere.
+        for key in keys:
             node = nodes.get(key, "")
             kept = claims.pop(node, {})
             if key == keys[-1]:
