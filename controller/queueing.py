@@ -27,6 +27,7 @@ is decided again as one unit, so all its holds end together.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from dra_driver.queues.spec import format_gpu, pod_priority
 log = structlog.get_logger(__name__)
 
 #: How long a waiting pod that keeps failing the same way keeps its explanation.
-EXPLAIN_EVERY_S = 10.0
+EXPLAIN_EVERY_S = 30.0
 
 
 @dataclass(slots=True)
@@ -295,6 +296,12 @@ class QueuePass:
     """Hold → the allocations recorded for it in the allocator's usage during this pass."""
     _unexplained: set[Key] = field(default_factory=set)
     """Pods whose failed decision was not explained yet (see `decide`)."""
+    _claim_keys: dict[Key, list[Key]] = field(default_factory=dict)
+    """Running pod → its claims, read once per pass for reclaim's trials."""
+    _no_room: dict[tuple[str, str, tuple[Key, ...]], tuple[int, int]] = field(default_factory=dict)
+    """(claims' specs, node, pods freed) → the node's usage versions at which a reclaim trial
+    found no room: the cheap "not if these go" for the next waiting pod of the same shape, which
+    would try the same candidates in the same order."""
 
     @classmethod
     def start(
@@ -545,19 +552,26 @@ class QueuePass:
             return None
         spec = self.ledger.tree.queues[queue]
         used = self.ledger.used(queue)
-        claim_keys = {
-            r.key: [key_of(c) for c in view.pod_claims(view.pods[r.key]) or []]
-            for u in units
-            for r in u.pods
-        }
+        claim_keys = self._claim_keys
+        for running in (r for u in units for r in u.pods if r.key not in claim_keys):
+            claim_keys[running.key] = [
+                key_of(c) for c in view.pod_claims(view.pods[running.key]) or []
+            ]
+        shape = json.dumps([c.get("spec") for c in missing], sort_keys=True)
+        versions = view.usage.node_versions
 
         def fits(node: str, freed: Sequence[Running]) -> bool:
             if view.lacking([pod], [node], freed=[r.key for r in freed]):
                 return False
+            trial = (shape, node, tuple(sorted(r.key for r in freed)))
+            stamp = (versions[node], versions["*"])
+            if self._no_room.get(trial) == stamp:
+                return False  # claims like these did not fit there, with these gone, as it is
             with view.without(k for r in freed for k in claim_keys[r.key]), unexplained(view):
                 placer = view.placer()
                 placement = placer.place(missing, nodes=[node])
                 if placement.allocations is None:
+                    self._no_room[trial] = stamp
                     return False
                 asks = ZERO
                 for allocation in placement.allocations:
