@@ -52,11 +52,11 @@ from dra_driver.queues import (
     Running,
     Unit,
     allocation_amounts,
-    borrowed_units,
     capacity,
     choose_victims,
 )
 from dra_driver.queues.gang_reclaim import choose_gang_victims
+from dra_driver.queues.reclaim import BorrowedUnits
 from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
@@ -290,7 +290,7 @@ class QueuePass:
     ledger: Ledger
     pending: dict[str, list[list[Obj]]]
     reclaims: list[Reclaim] = field(default_factory=list)
-    _running: list[Running] | None = None
+    _borrowed_units: BorrowedUnits | None = None
     """Pods that could be evicted, found once per pass when reclaim first needs them."""
     _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
     """Hold → the allocations recorded for it in the allocator's usage during this pass."""
@@ -466,10 +466,9 @@ class QueuePass:
         return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
 
     def _borrowed(self, queue: str) -> list[Unit]:
-        if self._running is None:  # once per pass: every pod's claims are read to build it
-            self._running = self.keeper.running()
-        running = [r for r in self._running if r.key not in self.keeper.evicting]
-        return borrowed_units(self.ledger, running, queue)
+        if self._borrowed_units is None:  # once per pass: every pod's claims are read for it
+            self._borrowed_units = BorrowedUnits(self.ledger, self.keeper.running())
+        return self._borrowed_units.units(queue, self.keeper.evicting)
 
     def _gang_failed(
         self, pods: Sequence[Obj], queue: str, outcome: Unallocatable, standing: str

@@ -78,24 +78,81 @@ def lender(tree: QueueTree, queue: str, requester: str) -> str:
 
 def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -> list[Unit]:
     """Units that hold only borrowed capacity, of queues other than `requester`."""
-    by_lender: dict[str, list[Running]] = {}
-    everyone: dict[tuple[str, str], Running] = {}
-    lenders: dict[str, str] = {}
-    """Queue → its lender (one tree walk per queue, not per pod: reclaim asks per waiting pod)."""
-    for pod in running:
-        everyone[pod.key] = pod
-        if pod.queue in ledger.tree.queues:
+    return BorrowedUnits(ledger, running).units(requester)
+
+
+Key = tuple[str, str]
+
+
+class BorrowedUnits:
+    """`borrowed_units` for many waiting pods over the same running pods (one pass): each
+    lender's pods are ranked once, and its split into protected and borrowed is kept until one
+    of its pods goes. Evicting borrowed pods can only protect more of the rest (what the
+    lender holds shrinks), so that lender's split is made again then."""
+
+    def __init__(self, ledger: Ledger, running: Iterable[Running]) -> None:
+        self._tree = ledger.tree
+        self._running = {pod.key: pod for pod in running}
+        self._gone: set[Key] = set()
+        self._groups: dict[str, dict[str, list[Running]]] = {}
+        """Requester → lender → its pods that are left, ranked as they were admitted."""
+        self._splits: dict[str, dict[str, tuple[set[Key], list[Running]]]] = {}
+        """Requester → lender → (protected pods, borrowed pods)."""
+
+    def units(self, requester: str, gone: Iterable[Key] = ()) -> list[Unit]:
+        """The units of `borrowed_units`, without the pods in `gone` (being evicted)."""
+        self._forget([key for key in gone if key not in self._gone and key in self._running])
+        groups = self._groups.get(requester)
+        if groups is None:
+            groups = self._groups[requester] = self._grouped(requester)
+            self._splits[requester] = {}
+        splits = self._splits[requester]
+        protected: set[Key] = set()
+        borrowed: list[Running] = []
+        for name, pods in groups.items():
+            split = splits.get(name)
+            if split is None:
+                split = splits[name] = self._split(name, pods, requester)
+            protected |= split[0]
+            borrowed += split[1]
+        gangs: dict[str, list[Running]] = {}
+        units: list[Unit] = []
+        for pod in borrowed:
+            if pod.gang is None:
+                units.append(Unit((pod,)))
+            else:
+                gangs.setdefault(pod.gang, []).append(pod)
+        for gang in gangs:
+            members = [
+                p for k, p in self._running.items() if p.gang == gang and k not in self._gone
+            ]
+            if all(m.key not in protected and m.queue != requester for m in members):
+                units.append(Unit(tuple(sorted(members, key=lambda p: p.key))))
+        return units
+
+    def _grouped(self, requester: str) -> dict[str, list[Running]]:
+        groups: dict[str, list[Running]] = {}
+        lenders: dict[str, str] = {}
+        for key, pod in self._running.items():
+            if key in self._gone or pod.queue not in self._tree.queues:
+                continue
             found = lenders.get(pod.queue)
             if found is None:
-                found = lenders[pod.queue] = lender(ledger.tree, pod.queue, requester)
-            by_lender.setdefault(found, []).append(pod)
-    protected: set[tuple[str, str]] = set()
-    borrowed: list[Running] = []
-    for name, pods in by_lender.items():
-        guaranteed = ledger.tree.queues[name].guaranteed
+                found = lenders[pod.queue] = lender(self._tree, pod.queue, requester)
+            groups.setdefault(found, []).append(pod)
+        for pods in groups.values():
+            pods.sort(key=lambda p: (-p.priority, p.created, p.key))
+        return groups
+
+    def _split(
+        self, name: str, ranked: Sequence[Running], requester: str
+    ) -> tuple[set[Key], list[Running]]:
+        guaranteed = self._tree.queues[name].guaranteed
+        protected: set[Key] = set()
+        borrowed: list[Running] = []
         held = ZERO
         within = True  # what is held only grows: past the guarantee once, past it for good
-        for pod in sorted(pods, key=lambda p: (-p.priority, p.created, p.key)):
+        for pod in ranked:
             if within:
                 held = held + pod.amounts
                 within = guaranteed.covers(held)
@@ -103,18 +160,21 @@ def borrowed_units(ledger: Ledger, running: Iterable[Running], requester: str) -
                 protected.add(pod.key)
             elif pod.queue != requester:
                 borrowed.append(pod)
-    gangs: dict[str, list[Running]] = {}
-    units: list[Unit] = []
-    for pod in borrowed:
-        if pod.gang is None:
-            units.append(Unit((pod,)))
-        else:
-            gangs.setdefault(pod.gang, []).append(pod)
-    for gang in gangs:
-        members = [p for p in everyone.values() if p.gang == gang]
-        if all(m.key not in protected and m.queue != requester for m in members):
-            units.append(Unit(tuple(sorted(members, key=lambda p: p.key))))
-    return units
+        return protected, borrowed
+
+    def _forget(self, keys: Sequence[Key]) -> None:
+        if not keys:
+            return
+        self._gone.update(keys)
+        for requester, groups in self._groups.items():
+            for key in keys:
+                pod = self._running[key]
+                if pod.queue not in self._tree.queues:
+                    continue
+                name = lender(self._tree, pod.queue, requester)
+                if name in groups:
+                    groups[name] = [p for p in groups[name] if p.key != key]
+                    self._splits[requester].pop(name, None)
 
 
 def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:

@@ -14,6 +14,7 @@ from dra_driver.queues import (
     borrowed_units,
     choose_victims,
 )
+from dra_driver.queues.reclaim import BorrowedUnits
 
 REQUESTER = "owed"
 
@@ -173,3 +174,20 @@ def test_a_gang_goes_whole_and_counts_every_member() -> None:
     # Two victims on n1 (the gang) against one on n2: n2, despite its priority.
     assert chosen(choose_victims([gang, single], Nodes(2).fits)) == ("n2", ["one"])
     assert chosen(choose_victims([gang], Nodes(2).fits)) == ("n1", ["g0", "g1"])
+
+
+def test_a_pod_evicted_in_the_pass_can_leave_the_next_one_protected() -> None:
+    # Guarantee 10: A (9) is protected, B (2) and C (1) are borrowed; once B goes, A and C
+    # fit the guarantee together, so C is protected for the next waiting pod of the pass.
+    ledger = book(q("borrower", guaranteed={"gpu": 10}))
+    running = [
+        pod("A", gpus=9, created="2025-01-01T00:00:01Z"),
+        pod("B", gpus=2, created="2025-01-01T00:00:02Z"),
+        pod("C", gpus=1, created="2025-01-01T00:00:03Z"),
+    ]
+    index = BorrowedUnits(ledger, running)
+    assert names(index.units(REQUESTER)) == [["B"], ["C"]]
+    assert names(index.units(REQUESTER, gone={("ns", "B")})) == []
+    assert names(index.units(REQUESTER, gone={("ns", "B")})) == names(
+        borrowed_units(ledger, [running[0], running[2]], REQUESTER)
+    )
