@@ -298,10 +298,13 @@ class QueuePass:
     """Pods whose failed decision was not explained yet (see `decide`)."""
     _claim_keys: dict[Key, list[Key]] = field(default_factory=dict)
     """Running pod → its claims, read once per pass for reclaim's trials."""
-    _no_room: dict[tuple[str, str, tuple[Key, ...]], tuple[int, int]] = field(default_factory=dict)
-    """(claims' specs, node, pods freed) → the node's usage versions at which a reclaim trial
-    found no room: the cheap "not if these go" for the next waiting pod of the same shape, which
-    would try the same candidates in the same order."""
+    _no_room: dict[tuple[str, str, tuple[Key, ...]], int] = field(default_factory=dict)
+    """(claims' specs, node, pods freed) → `_changes` when a reclaim trial found no room there:
+    the cheap "not if these go" for the next waiting pod of the same shape, which would try the
+    same candidates in the same order. (Node usage versions cannot tell: every trial bumps
+    them, though it leaves the usage as it was.)"""
+    _changes: int = 0
+    """Counts what changed the allocator's usage in this pass: decisions, holds released."""
 
     @classmethod
     def start(
@@ -342,6 +345,7 @@ class QueuePass:
         placer = self.keeper.view.placer()
         for allocation, node in self._applied.pop(pod, []):
             placer.release(allocation, node)
+            self._changes += 1
 
     def finish(self) -> None:
         for pod in list(self._applied):
@@ -368,6 +372,8 @@ class QueuePass:
         view = self.keeper.view
         with unexplained(view):
             outcome = decide(view, pods)
+        if isinstance(outcome, Decision):
+            self._changes += 1
         if not isinstance(outcome, Unallocatable):
             return outcome
         self._unexplained.update(key_of(p) for p in pods)
@@ -389,6 +395,7 @@ class QueuePass:
             return last[2]
         again = decide(self.keeper.view, pods)
         if isinstance(again, Decision):  # nothing changed since it failed: not expected
+            self._changes += 1
             for key in again.allocations:
                 self.keeper.view.forget(key)
             return outcome.reason
@@ -557,20 +564,18 @@ class QueuePass:
                 key_of(c) for c in view.pod_claims(view.pods[running.key]) or []
             ]
         shape = json.dumps([c.get("spec") for c in missing], sort_keys=True)
-        versions = view.usage.node_versions
 
         def fits(node: str, freed: Sequence[Running]) -> bool:
             if view.lacking([pod], [node], freed=[r.key for r in freed]):
                 return False
             trial = (shape, node, tuple(sorted(r.key for r in freed)))
-            stamp = (versions[node], versions["*"])
-            if self._no_room.get(trial) == stamp:
-                return False  # claims like these did not fit there, with these gone, as it is
+            if self._no_room.get(trial) == self._changes:
+                return False  # claims like these did not fit there with these gone, as it is
             with view.without(k for r in freed for k in claim_keys[r.key]), unexplained(view):
                 placer = view.placer()
                 placement = placer.place(missing, nodes=[node])
                 if placement.allocations is None:
-                    self._no_room[trial] = stamp
+                    self._no_room[trial] = self._changes
                     return False
                 asks = ZERO
                 for allocation in placement.allocations:
