@@ -97,6 +97,29 @@ def test_the_running_drivers_libraries_win_over_an_older_drivers_leftovers(
     assert not [path for path in mounted if OLD_VERSION in path or str(LEFTOVER_DIR) in path]
 
 
+@pytest.mark.parametrize("ld_cache", [True, False], ids=["ld-cache", "directories"])
+def test_the_running_drivers_file_wins_over_a_soname_link_to_another_version_beside_it(
+    tmp_path: Path, ld_cache: bool
+) -> None:
+    """After an in-place downgrade ldconfig links each soname to the highest version in the
+    directory, the newer leftover: the cache then names only `libcuda.so.1`, which leads to the
+    wrong file. The file named for the version NVML reports is the one the container needs."""
+    fake = fake_driver_root.build(tmp_path, layout="rhel", ld_cache=ld_cache)
+    libs = fake.root / "usr/lib64"
+    newer = "590.44.01"
+    for name in ("libcuda.so", "libnvidia-ml.so"):
+        (libs / f"{name}.{newer}").write_bytes(b"\x7fELF newer")
+        (libs / fake.soname(name)).unlink()
+        os.symlink(f"{name}.{newer}", libs / fake.soname(name))
+    driver = discover(fake.root, VERSION)
+    for name in ("libcuda.so", "libnvidia-ml.so"):
+        library = driver.library(name)
+        assert library is not None
+        assert library.file == fake.library_file(name)
+        # The container still gets the soname, made to lead to the right file.
+        assert library.sonames == (fake.soname(name),)
+
+
 def test_the_nvml_version_picks_the_firmware_directory(tmp_path: Path) -> None:
     fake = fake_driver_root.build(tmp_path)
     (fake.root / "usr/lib/firmware/nvidia/999.1").mkdir()
