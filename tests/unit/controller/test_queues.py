@@ -320,6 +320,30 @@ async def test_pods_within_the_guarantee_are_never_evicted(
         daemon.stop_watches()
 
 
+async def test_across_organisations_a_team_inside_its_organisations_guarantee_keeps_its_pods(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # Team a holds a GPU past its own guarantee, but its organisation holds only its own two:
+    # team b of another organisation, short of its guarantee, finds nothing borrowed.
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "org-x", guaranteed={"gpu": "2"})
+    queue(api, "a", parent="org-x", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "org-y", guaranteed={"gpu": "1"})
+    queue(api, "b", parent="org-y", namespaces=["qb"], guaranteed={"gpu": "1"})
+    daemon = await a_borrows_two(cluster, api)
+    try:
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        assert read_pod(cluster, "qa", "a1") is not None
+        assert read_pod(cluster, "qa", "a2") is not None
+        found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None
+        assert "no pod on borrowed capacity would make room" in found["message"]
+    finally:
+        daemon.stop_watches()
+
+
 async def test_a_queue_below_its_guarantee_goes_first_and_limits_hold(
     server: ApiServer, api: client.ApiClient
 ) -> None:
