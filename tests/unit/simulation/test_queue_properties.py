@@ -1,7 +1,7 @@
 """Property test: a queued replay keeps guarantees, limits and the devices' books straight.
 
-Over random queue trees (two or three organisations, one to three levels, guarantees that fit
-their parents and the cluster, limits on inner queues as well as on leaves)
+Over random queue trees (two or three organisations, most with teams, one to three levels,
+guarantees that fit their parents and the cluster, limits on inner queues as well as on leaves)
 and random arrivals and departures of pods asking for one GPU, two GPUs or a MIG slice, on two
 nodes with two H100s each, after every step of the replay:
 
@@ -120,7 +120,8 @@ def _children(
         if draw(st.integers(0, 3)) == 0:
             spec["limit"] = {"gpu": draw(st.integers(max(guarantee, 1), CLUSTER_GPUS))}
         out.append({"kind": "GpuQueue", "metadata": {"name": name}, "spec": spec})
-        if depth < 3 and draw(st.booleans()):
+        # Organisations mostly have teams (3 in 4), teams sometimes sub-teams (1 in 2).
+        if depth < 3 and draw(st.integers(0, 3)) > (0 if depth == 1 else 1):
             draw(_children(name, guarantee, depth + 1, out))
 
 
