@@ -101,21 +101,23 @@ def test_tolerations_are_atomic(core: client.CoreV1Api, pod: str) -> None:
 
 
 def test_scheduling_gates_merge_and_delete_by_name(core: client.CoreV1Api, pod: str) -> None:
-    after = _patch_pod(core, pod, {"spec": {"schedulingGates": [{"name": "g/three"}]}})
-    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/one", "g/two", "g/three"]
+    # Gates may only be removed (as upstream), so the merge is shown with a gate already there:
+    # a replacing list would drop g/two.
+    after = _patch_pod(core, pod, {"spec": {"schedulingGates": [{"name": "g/one"}]}})
+    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/one", "g/two"]
     after = _patch_pod(
         core, pod, {"spec": {"schedulingGates": [{"name": "g/one", "$patch": "delete"}]}}
     )
-    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/two", "g/three"]
+    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/two"]
 
 
 def test_patch_replace_directive_replaces_the_list(core: client.CoreV1Api, pod: str) -> None:
     after = _patch_pod(
         core,
         pod,
-        {"spec": {"schedulingGates": [{"$patch": "replace"}, {"name": "only"}]}},
+        {"spec": {"schedulingGates": [{"$patch": "replace"}, {"name": "g/two"}]}},
     )
-    assert after["spec"]["schedulingGates"] == [{"name": "only"}]
+    assert after["spec"]["schedulingGates"] == [{"name": "g/two"}]
 
 
 def test_finalizers_merge_and_delete_from_primitive_list(core: client.CoreV1Api, pod: str) -> None:
