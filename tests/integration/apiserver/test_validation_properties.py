@@ -35,6 +35,8 @@ MIN_NON_TRIVIAL = 0.8
 SETTINGS = settings(
     max_examples=30,
     deadline=None,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
