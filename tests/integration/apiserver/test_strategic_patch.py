@@ -214,13 +214,19 @@ def test_claim_reserved_for_merges_by_uid_and_requests_are_atomic(
     response = resource.read_namespaced_resource_claim("smp-claim", NS, _preload_content=False)
     claim = json.loads(response.data)
     assert claim["status"]["reservedFor"] == [first, second]
-    after = resource.patch_namespaced_resource_claim(
-        "smp-claim",
-        NS,
-        {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}},
-        _content_type=STRATEGIC,
-        _preload_content=False,
-    )
+    change = {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}}
+    # A claim's spec is immutable (as upstream), so the merge is seen without validation.
+    with pytest.raises(ApiException) as caught:
+        resource.patch_namespaced_resource_claim("smp-claim", NS, change, _content_type=STRATEGIC)
+    assert caught.value.status == 422
+    with ApiServer(validators={}) as lenient:
+        api = client.ResourceV1Api(config.new_client_from_config_dict(lenient.kubeconfig()))
+        api.create_namespaced_resource_claim(
+            NS, {"metadata": {"name": "smp-claim"}, "spec": claim["spec"]}
+        )
+        after = api.patch_namespaced_resource_claim(
+            "smp-claim", NS, change, _content_type=STRATEGIC, _preload_content=False
+        )
     assert [r["name"] for r in json.loads(after.data)["spec"]["devices"]["requests"]] == ["b"]
 
 
