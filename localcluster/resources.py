@@ -16,8 +16,12 @@ from typing import Any
 
 from localcluster.errors import StatusCause
 
-#: Returns (field path, message) for each problem; an empty list accepts the object.
-Validator = Callable[[Mapping[str, Any]], Sequence[tuple[str, str]]]
+#: (new object, old object or None on create) -> (field path, message) or a cause for each
+#: problem; an empty list accepts the object. It may raise `ApiError` (a value that does not
+#: decode is 400, not 422).
+Validator = Callable[
+    [Mapping[str, Any], Mapping[str, Any] | None], Sequence[tuple[str, str] | StatusCause]
+]
 
 #: (new object, old object or None on create) -> (the object to store, problems). Runs before
 #: the validator on every write, status writes included; it may prune and default the object.

@@ -209,7 +209,7 @@ class Store:
                 prefix = meta.get("generateName") or ""
                 if not prefix:
                     raise errors.invalid(
-                        rt.plural,
+                        rt.kind,
                         rt.group,
                         "",
                         [("metadata.name", "Required value: name or generateName is required")],
@@ -340,11 +340,11 @@ class Store:
         if rt.admit is not None:
             obj, admit_causes = rt.admit(obj, old)
             if admit_causes:
-                raise errors.invalid(rt.plural, rt.group, name, admit_causes)
+                raise errors.invalid(rt.kind, rt.group, name, admit_causes)
         if rt.validator is not None:
-            causes = list(rt.validator(obj))
+            causes = list(rt.validator(obj, old))
             if causes:
-                raise errors.invalid(rt.plural, rt.group, name, causes)
+                raise errors.invalid(rt.kind, rt.group, name, causes)
         return obj
 
     def _merged_for_update(
