@@ -337,6 +337,8 @@ class Store:
     def _validate(rt: ResourceType, obj: Obj, old: Obj | None) -> Obj:
         """The object to store after the type's admission (pruning, defaults) and validation."""
         name = str(_meta(obj).get("name", ""))
+        if rt.defaulter is not None:
+            obj = rt.defaulter(obj)
         if rt.admit is not None:
             obj, admit_causes = rt.admit(obj, old)
             if admit_causes:

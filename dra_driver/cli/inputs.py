@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from dra_driver.validation import UndecodableError, validate_object
+from dra_driver.validation.defaults import with_defaults
 from dra_driver.validation.meta import object_name
 
 KINDS = (
@@ -63,6 +64,7 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
     meta = doc.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         raise InputFileError(f"{where}: {kind} has no metadata.name")
+    doc = with_defaults(kind, doc)
     _check(doc, kind, where)
     target = {
         "ResourceSlice": objects.slices,

@@ -75,6 +75,31 @@ def test_valid_objects_are_accepted(api_client: client.ApiClient) -> None:
     assert _create(api_client, claim("counted", count=2)).metadata.uid
 
 
+def test_a_zero_count_is_defaulted_to_one_as_resource_v1_does(
+    api_client: client.ApiClient,
+) -> None:
+    """`SetDefaults_ExactDeviceRequest` / `SetDefaults_DeviceSubRequest`: kube-apiserver stores
+    `count: 0` (indistinguishable from none) as 1, in `exactly` and in every subrequest."""
+    zero = claim("zero", count=0)
+    zero["spec"]["devices"]["requests"].append(
+        {
+            "name": "either",
+            "firstAvailable": [
+                {"name": "a", "deviceClassName": "gpu", "count": 0},
+                {"name": "b", "deviceClassName": "gpu", "allocationMode": "All"},
+            ],
+        }
+    )
+    _create(api_client, zero)
+    stored = api_client.sanitize_for_serialization(_read(api_client, "ResourceClaim", "zero"))
+    exact, either = stored["spec"]["devices"]["requests"]
+    assert exact["exactly"]["count"] == 1
+    assert exact["exactly"]["allocationMode"] == "ExactCount"
+    first, every = either["firstAvailable"]
+    assert (first["allocationMode"], first["count"]) == ("ExactCount", 1)
+    assert every["allocationMode"] == "All" and "count" not in every
+
+
 def test_requests_above_limits_are_refused(core: client.CoreV1Api) -> None:
     over = pod("over", resources={"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}})
     with pytest.raises(ApiException) as caught:

@@ -3,6 +3,7 @@ the field, instead of a plausible answer from an object no cluster could hold.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from dra_driver.cli.main import main
-from tests.support.invalid_objects import REFUSED, Refused, fresh
+from tests.support.invalid_objects import REFUSED, Refused, claim, fresh
 from tests.unit.cli.test_simulate_queues import base, pod, queue
 
 
@@ -62,3 +63,17 @@ def test_every_problem_of_an_object_is_named(
     err = capsys.readouterr().err
     assert 'metadata.name: Invalid value: "Two_Problems"' in err
     assert 'spec.containers[1].name: Duplicate value: "c"' in err
+
+
+def test_a_zero_count_is_read_as_kube_apiserver_stores_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """resource.k8s.io/v1 defaults `count: 0` to 1, so a file with it means one device."""
+    zero = claim("zero", count=0)
+    zero["metadata"]["namespace"] = "a"
+    docs = [*base(), zero]
+    path = _write(tmp_path, docs)
+    assert main(["simulate", "--input", str(path), "--output", "json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["claims"]
+    assert result["allocated"] is True
+    assert [r["request"] for r in result["allocation"]["devices"]["results"]] == ["r"]
