@@ -161,15 +161,13 @@ class Reconciler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile until `stop` is set or leadership is lost."""
-        # pragma: no mutate start
         log.info("allocation loop started", gate=self.config.gate_name, mode=self.view.mode)
-        # pragma: no mutate end
         stopped = asyncio.ensure_future(stop.wait())
         try:
             await self._loop(stop, stopped)
         finally:
             stopped.cancel()
-        log.info("allocation loop stopped")  # pragma: no mutate
+        log.info("allocation loop stopped")
 
     async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
         while not stop.is_set() and self._is_leader():
@@ -200,7 +198,7 @@ class Reconciler:
             except NotLeaderError:
                 break
             except Exception as err:  # one bad pass must not end the controller
-                log.exception("allocation pass failed", error=str(err))  # pragma: no mutate
+                log.exception("allocation pass failed", error=str(err))
                 self._recover()
                 await asyncio.sleep(1.0)
 
@@ -396,14 +394,12 @@ class Reconciler:
                 why = self.view.conflict(key, allocation)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
-                # pragma: no mutate start
                 log.info(
                     "decision dropped: the cluster changed",
                     claim=f"{key[0]}/{key[1]}",
                     stage=stage,
                     reason=why,
                 )
-                # pragma: no mutate end
                 self._retry(decision)
                 return False
         # Claims allocated by an earlier attempt of ours (the pod is still gated) must be as
@@ -419,18 +415,14 @@ class Reconciler:
             why = self.view.conflict(key, current)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
-                # pragma: no mutate start
                 log.info("earlier allocation collides; withdrawing it", claim=key, reason=why)
-                # pragma: no mutate end
                 self._stale[key] = list(decision.pods)
                 self._retry(decision)
                 return False
         why = self._room_lost(decision)
         if why is not None:
             self.metrics.conflicts.labels(stage).inc()
-            # pragma: no mutate start
             log.info("decision dropped: the node has no room left", stage=stage, reason=why)
-            # pragma: no mutate end
             self._retry(decision)
             return False
         return True
@@ -457,9 +449,7 @@ class Reconciler:
             try:
                 await asyncio.to_thread(self.writer.withdraw, key, pods)
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-                # pragma: no mutate start
                 log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
-                # pragma: no mutate end
 
     def _retry(self, decision: Decision) -> None:
         for key in list(decision.allocations):
@@ -491,13 +481,11 @@ class Reconciler:
 
     def _write_failed(self, decision: Decision, err: Exception) -> None:
         self.metrics.conflicts.labels("write").inc()
-        # pragma: no mutate start
         log.info(
             "writing a decision failed; deciding again",
             status=getattr(err, "status", None),
             error=str(err),
         )
-        # pragma: no mutate end
         self._retry(decision)
 
     async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
@@ -545,9 +533,7 @@ class Reconciler:
                 except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                     if getattr(err, "status", None) == 404:
                         continue
-                    # pragma: no mutate start
                     log.info("lifting a gate failed; trying again", pod=key, error=str(err))
-                    # pragma: no mutate end
                     self._queue.setdefault(key)
                     self._wake.set()
                     continue
@@ -556,9 +542,7 @@ class Reconciler:
                 if started is not None:
                     self.metrics.latency.observe(time.monotonic() - started)
                 self._forget_pod(key)
-                # pragma: no mutate start
                 log.info("pod allocated", pod=f"{key[0]}/{key[1]}", node=decision.nodes.get(key))
-                # pragma: no mutate end
             self.metrics.pending.set(len(self._seen_at))
 
     # --- pods that cannot be allocated -------------------------------------------------------
@@ -571,9 +555,7 @@ class Reconciler:
             if isinstance(outcome, NotYet) or self._reported.get(key) == outcome.reason:
                 continue
             self._reported[key] = outcome.reason
-            # pragma: no mutate start
             log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
-            # pragma: no mutate end
             self._reports.append((pod, outcome.reason))
 
     async def _send_reports(self) -> None:
@@ -587,9 +569,7 @@ class Reconciler:
                 )
                 await self._set_condition(pod, False, "Unallocatable", reason)
             except (client.ApiException, OSError) as err:
-                # pragma: no mutate start
                 log.warning("cannot report why a pod waits", pod=key_of(pod), error=str(err))
-                # pragma: no mutate end
 
     async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
         ctype = condition_type(self.config.driver_name)
@@ -607,9 +587,7 @@ class Reconciler:
             # their writers left them (resending our cached copies could revert newer ones).
             await asyncio.to_thread(self.api.patch_pod_conditions, current, [mine])
         except client.ApiException as err:
-            # pragma: no mutate start
             log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
-            # pragma: no mutate end
 
     # --- deallocation ------------------------------------------------------------------------
 
@@ -623,14 +601,12 @@ class Reconciler:
                 await asyncio.to_thread(self.writer.deallocate, claim)
             except client.ApiException as err:
                 if err.status != 404:
-                    # pragma: no mutate start
                     log.info("deallocation failed; will retry", claim=key, status=err.status)
-                    # pragma: no mutate end
                     self._dealloc.add(key)
                 continue
             if allocation_of(claim) is not None:
                 self.metrics.deallocations.inc()
-                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")  # pragma: no mutate
+                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""
