@@ -139,7 +139,7 @@ async def passes(daemon: ControllerDaemon, count: int = 1) -> None:
     for _ in range(count):
         await daemon.reconciler.run_pass()
         due = daemon.reconciler.next_deadline()
-        if due is not None and daemon.reconciler._settling:
+        if due is not None and daemon.reconciler.state.settling:
             await eventually(lambda d=due: time.monotonic() >= d, what="the settle time")
             await daemon.reconciler.run_pass()
 

@@ -168,7 +168,7 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
         await settled(daemon)
         await daemon.reconciler.run_pass()  # the lift gets a 404: not an error
         assert daemon.reconciler.next_deadline() is None
-        assert ("default", "p") not in daemon.reconciler._queue
+        assert ("default", "p") not in daemon.reconciler.state.queue
 
 
 async def test_a_claim_deleted_before_the_write_is_decided_again(
@@ -1030,7 +1030,8 @@ async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
         await daemon.reconciler.run_pass()
         # Our own writes come back through the watch and queue the settling pod again.
         await eventually(
-            lambda: ("default", "first") in daemon.reconciler._queue, what="the pod queued again"
+            lambda: ("default", "first") in daemon.reconciler.state.queue,
+            what="the pod queued again",
         )
         cluster.create_claim(claim("second", kind="mig"))
         cluster.create_pod(pod("second", ["second"]))
