@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import structlog
 
 from api import AllocatedDevice, ConfigError, resolve_device_configs
+from api.device_type import DeviceType
 from api.v1alpha1 import DeviceConfig
 from dra_driver.backends.base import GpuBackend, TimeSliceInterval
 from dra_driver.backends.errors import BackendError, InUseError, NotFoundError
@@ -74,15 +75,15 @@ from kubeletplugin.prepare.targets import (
     TimeSliceShare,
     UnknownDeviceError,
     resolve_target,
-    shape_of,
+    type_word,
 )
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-# Shapes that many claims may hold at once; every other device belongs to one claim.
-SHARED_SHAPES = frozenset({"shared"})
+# Device types that many claims may hold at once; every other device belongs to one claim.
+SHARED_TYPES = frozenset({DeviceType.SHARED})
 
 
 @dataclass(slots=True)
@@ -366,7 +367,8 @@ class Preparer:
                 device_name=result.device,
                 cdi_device_ids=(cdi_id(self.cdi_kind, cdi_name),),
                 share_id=result.share_id,
-                shape=shape_of(target),
+                device_type=target.device_type,
+                pre_created=isinstance(target, StaticMig),
                 minor=target.gpu.minor,
                 timeslice_interval=interval,
                 mps_thread_percentage=limits.thread_percentage,
@@ -406,10 +408,10 @@ class Preparer:
             if uid == ref.uid:
                 continue
             for device in record.devices:
-                if device.shape not in SHARED_SHAPES:
+                if device.device_type not in SHARED_TYPES:
                     holders[device.device_name] = record
         for item in planned:
-            if item.result.admin_access or item.record.shape in SHARED_SHAPES:
+            if item.result.admin_access or item.record.device_type in SHARED_TYPES:
                 continue
             holder = holders.get(item.result.device)
             if holder is not None:
@@ -454,7 +456,7 @@ class Preparer:
             HandedOut(
                 cdi_name=item.record.cdi_device_ids[0].split("=", 1)[1],
                 device_name=item.result.device,
-                device_type=item.record.shape,
+                device_type=type_word(item.target),
                 uuid=uuids[position],
                 parent_minor=item.target.gpu.minor,
                 mig_ids=mig_ids.get(position),
@@ -740,7 +742,7 @@ class Preparer:
         owned = self.dynamic_instances() - recorded
         destroyed = False
         for device in record.devices:
-            if device.shape != "mig" or device.minor is None:
+            if not device.on_demand_mig or device.minor is None:
                 continue
             if self._inventory is None:
                 self._inventory = await asyncio.to_thread(self._backend.inventory)
@@ -775,7 +777,7 @@ def changes_gpus(record: ClaimRecord) -> bool:
     is made and removed only once it is undone. Any other claim has its CDI spec as its only
     side effect, which recovery reconciles from the spec directory itself."""
     return bool(record.mig_instances) or any(
-        device.shape == "mig" or device.timeslice_interval is not None for device in record.devices
+        device.on_demand_mig or device.timeslice_interval is not None for device in record.devices
     )
 
 

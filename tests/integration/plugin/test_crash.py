@@ -22,11 +22,12 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake.mps_control import process_alive, read_pid, terminate_daemons
+from dra_driver.backends.fake.mps_control import read_pid, terminate_daemons
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import ClaimState, decode_checkpoint
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.processes import process_alive
 from kubeletplugin.prepare import faults
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (

@@ -21,10 +21,11 @@ import pytest
 from kubernetes import client
 
 from dra_driver.backends.fake import mps_control as fake_mps_control
-from dra_driver.backends.fake.mps_control import PID_FILE, process_alive, read_pid
+from dra_driver.backends.fake.mps_control import PID_FILE, read_pid
 from dra_driver.cdi import CdiSpecDir, Mount, container_environment
 from dra_driver.kubeletapi.client import DraClient, HealthClient
 from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
+from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.recovery import recover
 from localcluster.apiserver import ApiServer

@@ -22,13 +22,14 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake.mps_control import PID_FILE, process_alive
+from dra_driver.backends.fake.mps_control import PID_FILE
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.claims import ClaimSource, KubernetesClaimSource
 from kubeletplugin.prepare.recovery import recover

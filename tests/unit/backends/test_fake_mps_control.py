@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.backends.fake import mps_control
 from dra_driver.backends.fake.mps_control import (
     ALREADY_RUNNING,
     NOT_RUNNING,
-    process_alive,
     read_pid,
     terminate_daemons,
 )
+from dra_driver.processes import process_alive
 
 
 @pytest.fixture
@@ -94,3 +95,17 @@ def test_client_without_daemon_and_bad_arguments(dirs: tuple[Path, Path]) -> Non
     missing = tool(dirs, stdin="get_server_list\n")
     assert missing.returncode == 1 and NOT_RUNNING in missing.stderr
     assert tool(dirs, "-x").returncode == 1
+
+
+def test_runs_by_file_with_the_standard_library_alone(dirs: tuple[Path, Path]) -> None:
+    """The plugin runs the fake tool by file without `site`, where the driver's packages cannot
+    be imported: an import of them at module level would only fail there, not under `-m`."""
+    isolated = subprocess.run(
+        [sys.executable, "-S", "-I", mps_control.__file__, "-x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert isolated.returncode == 1
+    assert "usage: nvidia-cuda-mps-control" in isolated.stderr

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.cli.main import main
 from dra_driver.slices import SliceSettings, build_resource_slices
-from dra_driver.slices.builder import Shape
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "examples" / "simulate" / "queues.yaml"
@@ -29,7 +29,9 @@ CLASS = {
 
 def slices(node: str, gpus: int) -> list[dict[str, Any]]:
     backend = FakeBackend.from_spec(f"H100-SXM5-80GB:{gpus}", node)
-    return build_resource_slices(backend.inventory(), SliceSettings(shapes=frozenset({Shape.GPU})))
+    return build_resource_slices(
+        backend.inventory(), SliceSettings(shapes=frozenset({DeviceType.GPU}))
+    )
 
 
 def template(namespace: str) -> dict[str, Any]:

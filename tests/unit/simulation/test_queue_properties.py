@@ -28,6 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.backends.fake import FakeBackend
@@ -44,7 +45,6 @@ from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.queued import Eviction, QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.slices import SliceSettings, build_resource_slices
-from dra_driver.slices.builder import Shape
 
 DRIVER = DEFAULT_DRIVER_NAME
 CLUSTER_GPUS = 4
@@ -60,7 +60,7 @@ def _device_class(kind: str) -> dict[str, Any]:
 
 
 def _slices() -> list[dict[str, Any]]:
-    settings = SliceSettings(shapes=frozenset({Shape.GPU, Shape.MIG}))
+    settings = SliceSettings(shapes=frozenset({DeviceType.GPU, DeviceType.MIG}))
     out: list[dict[str, Any]] = []
     for node in ("n1", "n2"):
         backend = FakeBackend.from_spec("H100-SXM5-80GB:2", node)
