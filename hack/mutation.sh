@@ -36,6 +36,14 @@ tests/unit/allocator/test_checker_inputs.py"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"
+  [kubeletplugin.prepare.journal]="tests/unit/kubeletplugin/test_journal.py $PLUGIN/test_prepare.py \
+$PLUGIN/test_prepare_faults.py"
+  [kubeletplugin.prepare.locks]="tests/unit/kubeletplugin/test_locks.py $PLUGIN/test_prepare.py"
+  [kubeletplugin.prepare.mig_ops]="tests/unit/kubeletplugin/test_mig_ops.py $PLUGIN/test_prepare.py \
+$PLUGIN/test_prepare_faults.py $PLUGIN/test_recovery.py"
+  [kubeletplugin.prepare.mps_lifecycle]="tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py \
+$PLUGIN/test_recovery.py"
+  [dra_driver.backends.mig]="tests/unit/backends/test_mig_steps.py tests/unit/backends/test_fake_faults.py"
   [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"
   [kubeletplugin.prepare.container_edits]="tests/unit/kubeletplugin/test_container_edits.py"
@@ -55,6 +63,11 @@ ORDER=(
   kubeletplugin.prepare.container_edits
   kubeletplugin.prepare.sharing
   kubeletplugin.prepare.recovery
+  kubeletplugin.prepare.journal
+  kubeletplugin.prepare.locks
+  dra_driver.backends.mig
+  kubeletplugin.prepare.mig_ops
+  kubeletplugin.prepare.mps_lifecycle
   kubeletplugin.prepare.preparer
   controller.writer
   controller.decide

@@ -274,7 +274,7 @@ class PluginDaemon:
         failing reaches the slices and kubelet's health stream like a GPU fault."""
         while not stop.is_set():
             try:
-                if await self.preparer.check_mps():
+                if await self.preparer.mps.check():
                     await self._health_changed()
                     await self.health.notify()
             except Exception as err:

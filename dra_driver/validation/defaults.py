@@ -18,8 +18,6 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dra_driver.validation.decoding import Obj
-
 
 def _request(request: object) -> None:
     if not isinstance(request, dict):
@@ -45,26 +43,26 @@ def _claim_spec(spec: object) -> None:
                 _request(sub)
 
 
-def _claim(obj: Obj) -> None:
+def _claim(obj: dict[str, Any]) -> None:
     _claim_spec(obj.get("spec"))
 
 
-def _template(obj: Obj) -> None:
+def _template(obj: dict[str, Any]) -> None:
     spec = obj.get("spec")
     if isinstance(spec, dict):
         _claim_spec(spec.get("spec"))
 
 
 #: kind → the defaulting it gets (in place, on a copy made by `with_defaults`).
-DEFAULTERS: Mapping[str, Callable[[Obj], None]] = {
+DEFAULTERS: Mapping[str, Callable[[dict[str, Any]], None]] = {
     "ResourceClaim": _claim,
     "ResourceClaimTemplate": _template,
 }
 
 
-def with_defaults(kind: str, obj: Mapping[str, Any]) -> Obj:
+def with_defaults(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `obj` with kube-apiserver's defaults for its kind filled in."""
-    result: Obj = copy.deepcopy(dict(obj))
+    result: dict[str, Any] = copy.deepcopy(dict(obj))
     defaulter = DEFAULTERS.get(kind)
     if defaulter is not None:
         defaulter(result)

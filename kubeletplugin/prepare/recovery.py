@@ -57,7 +57,7 @@ async def recover(
     preparer.adopt(loaded.checkpoint)
     minors = record_minors(loaded.checkpoint.claims)
     try:
-        await preparer.stop_unclaimed_mps(referenced_only=True)
+        await preparer.mps.stop_unclaimed(referenced_only=True)
     except Exception as err:
         log.warning("cannot stop MPS control daemons that no claim needs", error=str(err))
     spec_uids = set(await asyncio.to_thread(preparer.cdi_specs))
@@ -110,8 +110,8 @@ async def recover(
     try:
         # Stop what the claims unprepared above left, then adopt or start what the rest need:
         # a daemon that survived the restart keeps its clients.
-        await preparer.stop_unclaimed_mps(referenced_only=False)
-        await preparer.ensure_mps()
+        await preparer.mps.stop_unclaimed(referenced_only=False)
+        await preparer.mps.ensure()
     except Exception as err:  # the periodic check tries again; serving kubelet must not wait
         log.warning("cannot bring MPS control daemons in line with the claims", error=str(err))
     await preparer.flush()

@@ -393,19 +393,19 @@ async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_ch
             assert daemon.mps.running() == {}
             assert preparer.checkpoint.mps_daemons == {}
 
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
             running = daemon.mps.running()
             assert set(running) == {mig[0].uuid, mig[1].uuid}
             recorded = preparer.checkpoint.mps_daemons
             assert {u: (d.minor, d.pid) for u, d in recorded.items()} == {
                 mig[minor].uuid: (minor, running[mig[minor].uuid]) for minor in (0, 1)
             }
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
             # One failure is one too many here: the daemon's GPU is reported once, by its minor.
             await kill_daemon(running[mig[1].uuid])
-            assert await preparer.check_mps() is True
+            assert await preparer.mps.check() is True
             assert set(daemon.mps.unhealthy()) == {1}
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
 
             for minor, device in mig.items():
                 daemon.backend.clear_busy(minor, device.gi_id)
@@ -458,7 +458,7 @@ async def test_a_check_kept_waiting_by_a_leaving_claim_still_looks_after_the_nex
 
             # Started in this order, the unprepare runs first, up to its wait for the daemon.
             unprepared = asyncio.create_task(preparer.unprepare([leaving]))
-            checked = asyncio.create_task(preparer.check_mps())
+            checked = asyncio.create_task(preparer.mps.check())
             assert await unprepared == {leaving.uid: ""}
             assert await checked is False
             running = daemon.mps.running()
