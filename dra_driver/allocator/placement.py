@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.explain import explain_node
 from dra_driver.allocator.quantities import Number
@@ -28,7 +29,7 @@ from dra_driver.allocator.search import (
     SearchBudgetError,
     SearchState,
 )
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, collector_paused
+from dra_driver.allocator.snapshot import ClusterSnapshot, collector_paused
 from dra_driver.allocator.usage import Usage
 from dra_driver.cel import CelCompileError
 

@@ -11,8 +11,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import Number, quantity_value
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device
+from dra_driver.allocator.snapshot import ClusterSnapshot
 
 
 class Usage:
