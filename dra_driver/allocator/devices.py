@@ -8,8 +8,9 @@ its counters' positions) is filled in when the snapshot builds the pool.
 A malformed device is not an error yet: `read_device` returns the error it found, worded with
 its full location, and the snapshot raises it only when it reaches the device, building pools in
 their order (pools by driver and name, slices by name, devices as listed) and only for the
-current generation of each pool. So errors come in the order and words the kube-scheduler's
-allocator gives, while the parse of well-formed devices formats no location at all.
+current generation of each pool. So errors come in the same order and words as from a parse
+that reads each pool's devices as it builds the pool, while reading a well-formed device formats
+no location at all.
 
 Caches, all of one build (`Interner`) or of the devices it made, so they go when the snapshot
 goes and never need invalidating (nothing they describe changes):

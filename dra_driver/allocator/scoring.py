@@ -130,6 +130,14 @@ def topology_spread(
     return tuple(spread)
 
 
+_Taking = tuple[tuple[int, float], ...]
+"""(counter, amount) a device takes, counters numbered within its neighbourhood."""
+_Mates = tuple[tuple[_Taking, float], ...]
+"""What each mate takes, and its weight."""
+_PoolShape = tuple[tuple[tuple[tuple[int, Number], ...], ...], tuple[Number, ...]]
+"""Each device's (counter, amount) consumption, in order, and the pool's counter totals."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Neighbourhood:
     """A device's counter neighbourhood: the counters it or any device sharing one consumes.
@@ -144,12 +152,6 @@ class _Neighbourhood:
     mates: _Mates
 
 
-_Taking = tuple[tuple[int, float], ...]
-"""(counter, amount) a device takes, counters numbered within its neighbourhood."""
-_Mates = tuple[tuple[_Taking, float], ...]
-"""What each mate takes, and its weight."""
-
-
 @dataclass(slots=True)
 class ScoringCaches:
     """What scoring works out from one snapshot, kept with it (`snapshot.caches`).
@@ -157,6 +159,9 @@ class ScoringCaches:
     Keyed by device id, pool index or the snapshot's own structures, all fixed for the
     snapshot's life, so entries never go stale and are never dropped one by one.
     """
+
+    MAX_LOSSES = 200_000
+    """`losses` is emptied past this many entries (memory)."""
 
     neighbourhoods: dict[int, _Neighbourhood] = field(default_factory=dict)
     """Device id → its counter neighbourhood."""
@@ -172,14 +177,12 @@ class ScoringCaches:
     """Pool index → counter → the pool's devices consuming it."""
     pool_templates: dict[int, int] = field(default_factory=dict)
     """Pool index → the first pool of the same shape (see `FragmentationModel._template`)."""
-    pool_shapes: dict[object, int] = field(default_factory=dict)
+    pool_shapes: dict[_PoolShape, int] = field(default_factory=dict)
     """A pool's shape (each device's consumption, the counters' totals) → its first pool."""
     counter_groups: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     """One shared tuple per group of counters, so its id can key free room."""
     topology: dict[tuple[str, ...], dict[int, _Values]] = field(default_factory=dict)
     """Topology attribute names → device id → its values (`topology_table`)."""
-
-    MAX_LOSSES = 200_000
 
 
 class FragmentationModel:
