@@ -6,7 +6,8 @@ exact numbers. What was parsed never changes; a changed slice, class or node mea
 snapshot.
 
 Caches. Everything below is worked out from the parsed content on first use and kept as long as
-the snapshot, so none of it is ever invalidated — a change to the cluster builds a new snapshot:
+the snapshot, so none of it can go stale — a change to the cluster builds a new snapshot (some
+tables are emptied when very large, for memory, and refilled as asked):
 - `ClusterSnapshot.view`: per node, its devices in allocation order (pools by driver and name,
   pools with binding conditions last, slices by name, devices as listed), because every claim
   walks it; with the pools sorted in that order and, per pool, the nodes its devices name;
@@ -190,8 +191,8 @@ class ClusterSnapshot:
             )
             if expect_mapping(node.get("spec") or {}, f"Node {name} spec").get("unschedulable"):
                 cordoned.add(name)
-        # Each slice's devices are read into compact records as the slice arrives, so a caller
-        # that streams slices never holds every slice's JSON at once.
+        # Each slice's devices are read (devices.py) as the slice arrives, so a caller that
+        # streams slices never holds every slice's JSON at once.
         interner = Interner()
         parsed_slices = [_slice_header(s, interner) for s in slices]
         for header in parsed_slices:
@@ -336,7 +337,7 @@ def _slice_header(raw: Mapping[str, Any], interner: Interner) -> _SliceHeader:
     read: list[Device | Unreadable] = []
     named_nodes: list[str] = []
     for i, d in enumerate(devices):
-        device = expect_mapping(d, f"{where}: spec.devices[{i}]")
+        device = d if type(d) is dict else expect_mapping(d, f"{where}: spec.devices[{i}]")
         named = device.get("nodeName")
         if isinstance(named, str) and named:
             named_nodes.append(named)
