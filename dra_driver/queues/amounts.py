@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.device_type import DeviceType
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import quantity_value
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, Pool
+from dra_driver.allocator.snapshot import ClusterSnapshot, Pool
 from dra_driver.queues.spec import ZERO, Amounts
 
 _SLICE_PREFIX = "memory-slice-"

@@ -64,9 +64,9 @@ from numpy.typing import NDArray
 
 from dra_driver.allocator import ClusterSnapshot, Usage
 from dra_driver.allocator.capacity import share_demand
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
-from dra_driver.allocator.snapshot import Device
 from dra_driver.simulation.rooms import NodeUnits, Rooms, unit_rooms
 from dra_driver.simulation.workload import Demand, PodShape, Workload
 
