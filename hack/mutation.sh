@@ -30,9 +30,7 @@ cd "$ROOT"
 # nothing, so no mutant is ever tried against them.
 PLUGIN="tests/integration/plugin"
 # The checker's unit tests, not the property tests that also run it (seconds a mutant).
-CHECKER="tests/unit/allocator/test_checker.py tests/unit/allocator/test_checker_cel_device.py \
-tests/unit/allocator/test_checker_messages.py tests/unit/allocator/test_checker_node_selectors.py \
-tests/unit/allocator/test_checker_inputs.py"
+CHECKER="tests/unit/checker"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.crds import CRD_KEY, CustomResourceDefinitions
+from localcluster.defaults import DEFAULT_WATCH_HISTORY
 from localcluster.http import Server
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType, Validator
 from localcluster.storage import Store

@@ -40,6 +40,7 @@ from tests.integration.plugin.harness import (
     short_dir,
     stopped_plugin,
 )
+from tests.support.polling import eventually
 
 NODE = "mps-node"
 GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig"}
@@ -119,14 +120,6 @@ def ask(pipe_dir: Path, *commands: str) -> subprocess.CompletedProcess[str]:
         timeout=30,
         check=False,
     )
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)  # polling another process, with a deadline
 
 
 async def test_shares_of_one_gpu_use_one_daemon_that_goes_with_the_last(
@@ -228,9 +221,9 @@ async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
                 }
                 pid = daemon_pid(pipe)
                 os.kill(pid, signal.SIGKILL)
-                await until(lambda: (read_pid(pipe) or pid) != pid, "a restarted daemon")
+                await eventually(lambda: (read_pid(pipe) or pid) != pid, "a restarted daemon")
                 restarted = daemon_pid(pipe)
-                await until(
+                await eventually(
                     lambda: plugin.daemon.preparer.checkpoint.mps_daemons[uuid].pid == restarted,
                     "the new pid in the checkpoint",
                 )
@@ -258,7 +251,7 @@ async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
                     }
                 ]
                 assert taints["gpu-0"] is None and taints["gpu-1-shared"] is None
-                await until(lambda: read_pid(pipe) not in (None, restarted), "another restart")
+                await eventually(lambda: read_pid(pipe) not in (None, restarted), "another restart")
                 assert plugin.daemon.metrics.mps_restarts._value.get() == 2
 
                 # No claim needs the daemon any more: it goes, and so does the report.
@@ -363,7 +356,7 @@ async def started_by_hand(
 
 async def kill_daemon(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    await until(lambda: not process_alive(pid), f"daemon {pid} to die")
+    await eventually(lambda: not process_alive(pid), f"daemon {pid} to die")
 
 
 async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_check(
@@ -501,7 +494,7 @@ async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_c
             try:
                 hold.touch()
                 slow_call = asyncio.create_task(dra.prepare([slow]))
-                await until(called.exists, "the control tool to start a daemon")
+                await eventually(called.exists, "the control tool to start a daemon")
                 quick_call = asyncio.create_task(dra.prepare([quick]))
                 done, _ = await asyncio.wait(
                     {slow_call, quick_call}, return_when=asyncio.FIRST_COMPLETED
@@ -516,7 +509,7 @@ async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_c
                 called.unlink()
                 hold.touch()
                 slow_stop = asyncio.create_task(dra.unprepare([slow]))
-                await until(called.exists, "the control tool to stop the daemon")
+                await eventually(called.exists, "the control tool to stop the daemon")
                 quick_stop = asyncio.create_task(dra.unprepare([quick]))
                 done, _ = await asyncio.wait(
                     {slow_stop, quick_stop}, return_when=asyncio.FIRST_COMPLETED

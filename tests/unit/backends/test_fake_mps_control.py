@@ -6,7 +6,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from dra_driver.backends.fake.mps_control import (
     terminate_daemons,
 )
 from dra_driver.processes import process_alive
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
@@ -67,10 +67,7 @@ def test_daemon_client_and_quit(dirs: tuple[Path, Path]) -> None:
     assert "CMD set_default_active_thread_percentage 30" in (log / "control.log").read_text()
 
     assert tool(dirs, stdin="quit\n").returncode == 0
-    deadline = time.monotonic() + 10
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling another process, with a deadline
-    assert not process_alive(pid)
+    wait_until(lambda: not process_alive(pid), f"daemon {pid} to end")
     assert not (pipe / "control").exists() and read_pid(pipe) is None
     after = tool(dirs, stdin="get_server_list\n")
     assert after.returncode == 1 and NOT_RUNNING in after.stderr
@@ -81,9 +78,7 @@ def test_a_killed_daemon_can_be_replaced(dirs: tuple[Path, Path]) -> None:
     pid = read_pid(dirs[0])
     assert pid is not None
     os.kill(pid, 9)
-    deadline = time.monotonic() + 10
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling another process, with a deadline
+    wait_until(lambda: not process_alive(pid), f"daemon {pid} to end")
     # Its pipe and pid file are left behind, as after any SIGKILL; a new daemon takes over.
     assert (dirs[0] / "control").exists()
     assert tool(dirs, "-d").returncode == 0

@@ -16,6 +16,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.cli.main import main
 from dra_driver.slices import SliceSettings, build_resource_slices
+from tests.support import objects
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "examples" / "simulate" / "queues.yaml"
@@ -35,12 +36,7 @@ def slices(node: str, gpus: int) -> list[dict[str, Any]]:
 
 
 def template(namespace: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu"}}
-    return {
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": namespace, "name": "one-gpu"},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
+    return objects.template("one-gpu", objects.request("gpu", "gpu"), namespace=namespace)
 
 
 def pod(
@@ -49,15 +45,14 @@ def pod(
     annotations = {"sim.dra-driver.dev/arrival": str(arrival)}
     if departure is not None:
         annotations["sim.dra-driver.dev/departure"] = str(departure)
-    return {
-        "kind": "Pod",
-        "metadata": {"namespace": namespace, "name": name, "annotations": annotations},
-        "spec": {
-            "priority": priority,
-            "containers": [{"name": "c"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-        },
-    }
+    return objects.pod(
+        name,
+        templates={"gpu": "one-gpu"},
+        namespace=namespace,
+        annotations=annotations,
+        containers=[{"name": "c"}],
+        priority=priority,
+    )
 
 
 def queue(name: str, **spec: Any) -> dict[str, Any]:
