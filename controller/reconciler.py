@@ -37,10 +37,10 @@ from controller.kube_calls import ControllerApi
 from controller.queue_metrics import QueueMetrics
 from controller.queue_status import QueueStatusWriter
 from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
+from controller.reconciler_state import ReconcilerState
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.pod_claims import known_claim_names
-from dra_driver.queues import Ledger
 
 log = structlog.get_logger(__name__)
 
@@ -84,24 +84,11 @@ class Reconciler:
             view,
         )
         self.queue_status = QueueStatusWriter(api)
-        self._pass_ledger: Ledger | None = None
         self.writer = ClaimWriter(api, config.finalizer, is_leader)
         self._is_leader = is_leader
-        self._queue: dict[Key, None] = {}
-        self._waiting: dict[Key, int] = {}
-        """Pod → the view generation at which it last failed; retried when that changes."""
-        self._reported: dict[Key, str] = {}
-        self._seen_at: dict[Key, float] = {}
-        self._dealloc: set[Key] = set()
-        self._reports: list[tuple[Obj, str]] = []
-        self._settling: list[tuple[float, Decision]] = []
-        self._in_flight: list[Decision] = []
-        self._stale: dict[Key, list[Obj]] = {}
-        """Claims of ours whose earlier allocation collides with another's: to withdraw."""
-        self._last_resync = time.monotonic()
-        """Written decisions and when their gates may come off (see ControllerConfig.settle_s)."""
+        self.state = ReconcilerState()
+        """Everything the loop keeps between and within passes (see `ReconcilerState`)."""
         self._wake = asyncio.Event()
-        self._last_pass = -BATCH_WINDOW_S
         self.passes = 0
 
     # --- events ------------------------------------------------------------------------------
@@ -116,39 +103,40 @@ class Reconciler:
         if event.resource == "pods":
             self._pod_changed(event, old_claims)
         elif event.resource == "resourceclaims":
-            self._dealloc.add(event.key)
+            self.state.dealloc.add(event.key)
             for pod in self.view.users.get(event.key, ()):
                 if self._gated(self.view.pods.get(pod)):
-                    self._queue.setdefault(pod)
-        if self.view.generation != before and self._waiting:
+                    self.state.queue.setdefault(pod)
+        if self.view.generation != before and self.state.waiting:
             self._wake.set()
-        if self._queue or self._dealloc:
+        if self.state.queue or self.state.dealloc:
             self._wake.set()
 
     def _pod_changed(self, event: Event, old_claims: list[str]) -> None:
         namespace = event.key[0]
         for name in {*old_claims, *_claim_refs(event.obj)}:
-            self._dealloc.add((namespace, name))
+            self.state.dealloc.add((namespace, name))
         pod = None if event.kind == "DELETED" else event.obj
         # A gang member's change does not queue its mates: a gated member that changes is
         # queued, and its unit is the whole gang (`_units`); a deletion changes the view's
         # generation, which queues the mates that wait (`run_pass`).
         if self._gated(pod):
-            self._seen_at.setdefault(event.key, time.monotonic())
-            self._queue.setdefault(event.key)
+            self.state.seen_at.setdefault(event.key, time.monotonic())
+            self.state.queue.setdefault(event.key)
         else:
             self._forget_pod(event.key)
-        self.metrics.pending.set(len(self._seen_at))
+        self.metrics.pending.set(len(self.state.seen_at))
 
     def _forget_pod(self, key: Key) -> None:
-        self._queue.pop(key, None)
-        self._waiting.pop(key, None)
-        self._reported.pop(key, None)
-        self._seen_at.pop(key, None)
+        """A pod no longer gated (allocated, deleted, its gate taken off by someone else)."""
+        self.state.queue.pop(key, None)
+        self.state.waiting.pop(key, None)
+        self.state.reported.pop(key, None)
+        self.state.seen_at.pop(key, None)
 
     def _gated_pods(self) -> list[Obj]:
         """The gated pods the loop is waiting on, as the view has them now."""
-        found = (self.view.pods.get(k) for k in self._seen_at)
+        found = (self.view.pods.get(k) for k in self.state.seen_at)
         return [p for p in found if p is not None and self._gated(p)]
 
     def _gated(self, pod: Obj | None) -> bool:
@@ -161,15 +149,13 @@ class Reconciler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile until `stop` is set or leadership is lost."""
-        # pragma: no mutate start
         log.info("allocation loop started", gate=self.config.gate_name, mode=self.view.mode)
-        # pragma: no mutate end
         stopped = asyncio.ensure_future(stop.wait())
         try:
             await self._loop(stop, stopped)
         finally:
             stopped.cancel()
-        log.info("allocation loop stopped")  # pragma: no mutate
+        log.info("allocation loop stopped")
 
     async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
         while not stop.is_set() and self._is_leader():
@@ -182,25 +168,25 @@ class Reconciler:
                 [woken, stopped], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             woken.cancel()
-            if time.monotonic() - self._last_resync >= self.config.resync_s:
-                self._last_resync = time.monotonic()
+            if time.monotonic() - self.state.last_resync >= self.config.resync_s:
+                self.state.last_resync = time.monotonic()
                 self.resync()
             # Passes at most every BATCH_WINDOW_S: the two fresh reads of every claim are then
             # shared by all pods that arrived meanwhile, instead of paid per pod under a steady
             # stream of arrivals; a lone pod waits at most the window.
-            gap = self._last_pass + BATCH_WINDOW_S - time.monotonic()
+            gap = self.state.last_pass + BATCH_WINDOW_S - time.monotonic()
             if gap > 0:
                 await asyncio.wait([stopped], timeout=gap)
             self._wake.clear()
             if stop.is_set() or not self._is_leader():
                 break
-            self._last_pass = time.monotonic()
+            self.state.last_pass = time.monotonic()
             try:
                 await self.run_pass()
             except NotLeaderError:
                 break
             except Exception as err:  # one bad pass must not end the controller
-                log.exception("allocation pass failed", error=str(err))  # pragma: no mutate
+                log.exception("allocation pass failed", error=str(err))
                 self._recover()
                 await asyncio.sleep(1.0)
 
@@ -210,19 +196,19 @@ class Reconciler:
     def _recover(self) -> None:
         """After a failed pass: its unfinished decisions are dropped and their pods decided
         again (what was written is found in the claims then), and every gated pod looked at."""
-        settling = {id(d) for _, d in self._settling}
-        for decision in self._in_flight:
+        settling = {id(d) for _, d in self.state.settling}
+        for decision in self.state.in_flight:
             if id(decision) not in settling:
                 self._retry(decision)
-        self._in_flight = []
+        self.state.in_flight = []
         self.resync()
 
     def resync(self) -> None:
         """Look at every gated pod again (the safety net behind event-driven retries)."""
         for key, pod in self.view.pods.items():
             if self._gated(pod):
-                self._seen_at.setdefault(key, time.monotonic())
-                self._queue.setdefault(key)
+                self.state.seen_at.setdefault(key, time.monotonic())
+                self.state.queue.setdefault(key)
         self._wake.set()
 
     def take_over(self) -> None:
@@ -230,31 +216,31 @@ class Reconciler:
         self.resync()
         for key, claim in self.view.claims.items():
             if self.config.finalizer in (claim["metadata"].get("finalizers") or []):
-                self._dealloc.add(key)
-        self._reported.clear()
+                self.state.dealloc.add(key)
+        self.state.reported.clear()
         self._wake.set()
 
     def step_down(self) -> None:
         """On losing the lead: decisions not yet written are no longer ours to make, and
         written ones still settling are left to the next leader (their claims are allocated and
         reserved for still-gated pods, which it finishes)."""
-        self._settling.clear()
+        self.state.settling.clear()
         for key in list(self.view.assumed):
             self.view.forget(key)
 
     async def run_pass(self) -> None:
-        for key, generation in list(self._waiting.items()):
+        for key, generation in list(self.state.waiting.items()):
             if generation != self.view.generation:
-                self._queue.setdefault(key)
-        keys = list(self._queue)  # the queue pass orders the units (see `queueing`)
-        self._queue.clear()
+                self.state.queue.setdefault(key)
+        keys = list(self.state.queue)  # the queue pass orders the units (see `queueing`)
+        self.state.queue.clear()
         decisions, reclaims = self._decide(self._units(keys))
-        self._in_flight = decisions
+        self.state.in_flight = decisions
         await self._send_reports()
         await carry_out_all(reclaims, self.api, self.queues, self.queue_metrics)
         if decisions:
             await self._write_all(decisions)
-        self._in_flight = []
+        self.state.in_flight = []
         await self._lift_settled()
         await self._withdraw_stale()
         await self._deallocate()
@@ -264,8 +250,8 @@ class Reconciler:
     async def _lift_settled(self) -> None:
         """Gates off for decisions that stayed clear of other allocations for the settle time."""
         now = time.monotonic()
-        due = [d for at, d in self._settling if at <= now]
-        self._settling = [(at, d) for at, d in self._settling if at > now]
+        due = [d for at, d in self.state.settling if at <= now]
+        self.state.settling = [(at, d) for at, d in self.state.settling if at > now]
         ready = []
         for decision in due:
             if self._still_fits(decision, "settled"):
@@ -276,7 +262,7 @@ class Reconciler:
         await asyncio.gather(*(self._lift(d, limit) for d in ready))
 
     def next_deadline(self) -> float | None:
-        due = [at for at, _ in self._settling]
+        due = [at for at, _ in self.state.settling]
         if self.queue_status.due is not None:
             due.append(self.queue_status.due)
         due.extend(h.until for h in self.queues.holds.values())
@@ -285,17 +271,16 @@ class Reconciler:
     async def _report_queues(self) -> None:
         """Queue gauges and GpuQueue status, from the usage after this pass."""
         # The pass's own ledger, with its admissions and evictions, saves a second count.
-        ledger, self._pass_ledger = self._pass_ledger or self.queues.ledger(), None
+        ledger, self.state.pass_ledger = self.state.pass_ledger or self.queues.ledger(), None
         pending = self.queues.pending_by_queue(self._gated_pods())
-        if self.queue_metrics is not None:
-            self.queue_metrics.update(ledger, pending)
+        self.queue_metrics.update(ledger, pending)
         await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending)
 
     def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
         units: list[list[Obj]] = []
         gangs_done: set[GangId] = set()
-        settling = {key_of(p) for _, d in self._settling for p in d.pods}
+        settling = {key_of(p) for _, d in self.state.settling for p in d.pods}
         for key in keys:
             pod = self.view.pods.get(key)
             if not self._gated(pod):
@@ -353,7 +338,7 @@ class Reconciler:
                 self._failed(pods, outcome)
         finally:
             order.finish()
-        self._pass_ledger = order.ledger
+        self.state.pass_ledger = order.ledger
         return decisions, order.reclaims
 
     async def _write_all(self, decisions: list[Decision]) -> None:
@@ -371,7 +356,7 @@ class Reconciler:
         settle_at = time.monotonic() + self.config.settle_s
         for decision in done:
             if self._still_fits(decision, "after-write"):
-                self._settling.append((settle_at, decision))
+                self.state.settling.append((settle_at, decision))
             else:
                 await self._withdraw(decision)
 
@@ -395,14 +380,12 @@ class Reconciler:
                 why = self.view.conflict(key, allocation)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
-                # pragma: no mutate start
                 log.info(
                     "decision dropped: the cluster changed",
                     claim=f"{key[0]}/{key[1]}",
                     stage=stage,
                     reason=why,
                 )
-                # pragma: no mutate end
                 self._retry(decision)
                 return False
         # Claims allocated by an earlier attempt of ours (the pod is still gated) must be as
@@ -418,18 +401,14 @@ class Reconciler:
             why = self.view.conflict(key, current)
             if why is not None:
                 self.metrics.conflicts.labels(stage).inc()
-                # pragma: no mutate start
                 log.info("earlier allocation collides; withdrawing it", claim=key, reason=why)
-                # pragma: no mutate end
-                self._stale[key] = list(decision.pods)
+                self.state.stale[key] = list(decision.pods)
                 self._retry(decision)
                 return False
         why = self._room_lost(decision)
         if why is not None:
             self.metrics.conflicts.labels(stage).inc()
-            # pragma: no mutate start
             log.info("decision dropped: the node has no room left", stage=stage, reason=why)
-            # pragma: no mutate end
             self._retry(decision)
             return False
         return True
@@ -451,20 +430,18 @@ class Reconciler:
         return None
 
     async def _withdraw_stale(self) -> None:
-        stale, self._stale = self._stale, {}
+        stale, self.state.stale = self.state.stale, {}
         for key, pods in stale.items():
             try:
                 await asyncio.to_thread(self.writer.withdraw, key, pods)
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-                # pragma: no mutate start
                 log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
-                # pragma: no mutate end
 
     def _retry(self, decision: Decision) -> None:
         for key in list(decision.allocations):
             self.view.forget(key)
         for pod in decision.pods:
-            self._queue.setdefault(key_of(pod))
+            self.state.queue.setdefault(key_of(pod))
         self._wake.set()
 
     async def _mark(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
@@ -490,13 +467,11 @@ class Reconciler:
 
     def _write_failed(self, decision: Decision, err: Exception) -> None:
         self.metrics.conflicts.labels("write").inc()
-        # pragma: no mutate start
         log.info(
             "writing a decision failed; deciding again",
             status=getattr(err, "status", None),
             error=str(err),
         )
-        # pragma: no mutate end
         self._retry(decision)
 
     async def _write(self, decision: Decision, limit: asyncio.Semaphore) -> int | None:
@@ -537,17 +512,15 @@ class Reconciler:
             for pod in decision.pods:
                 key = key_of(pod)
                 current = self.view.pods.get(key, pod)
-                reported = key in self._reported
-                started = self._seen_at.get(key)
+                reported = key in self.state.reported
+                started = self.state.seen_at.get(key)
                 try:
                     await asyncio.to_thread(self.writer.lift_gate, current, self.config.gate_name)
                 except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                     if getattr(err, "status", None) == 404:
                         continue
-                    # pragma: no mutate start
                     log.info("lifting a gate failed; trying again", pod=key, error=str(err))
-                    # pragma: no mutate end
-                    self._queue.setdefault(key)
+                    self.state.queue.setdefault(key)
                     self._wake.set()
                     continue
                 if reported:
@@ -555,10 +528,8 @@ class Reconciler:
                 if started is not None:
                     self.metrics.latency.observe(time.monotonic() - started)
                 self._forget_pod(key)
-                # pragma: no mutate start
                 log.info("pod allocated", pod=f"{key[0]}/{key[1]}", node=decision.nodes.get(key))
-                # pragma: no mutate end
-            self.metrics.pending.set(len(self._seen_at))
+            self.metrics.pending.set(len(self.state.seen_at))
 
     # --- pods that cannot be allocated -------------------------------------------------------
 
@@ -566,19 +537,17 @@ class Reconciler:
         self.metrics.failures.inc(isinstance(outcome, Unallocatable))
         for pod in pods:
             key = key_of(pod)
-            self._waiting[key] = self.view.generation
-            if isinstance(outcome, NotYet) or self._reported.get(key) == outcome.reason:
+            self.state.waiting[key] = self.view.generation
+            if isinstance(outcome, NotYet) or self.state.reported.get(key) == outcome.reason:
                 continue
-            self._reported[key] = outcome.reason
-            # pragma: no mutate start
+            self.state.reported[key] = outcome.reason
             log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
-            # pragma: no mutate end
-            self._reports.append((pod, outcome.reason))
+            self.state.reports.append((pod, outcome.reason))
 
     async def _send_reports(self) -> None:
         """Events and conditions for this pass's failures, before any gate of the pass is lifted
         (so a stale "cannot allocate" never lands after "allocated")."""
-        reports, self._reports = self._reports, []
+        reports, self.state.reports = self.state.reports, []
         for pod, reason in reports:
             try:
                 await asyncio.to_thread(
@@ -586,9 +555,7 @@ class Reconciler:
                 )
                 await self._set_condition(pod, False, "Unallocatable", reason)
             except (client.ApiException, OSError) as err:
-                # pragma: no mutate start
                 log.warning("cannot report why a pod waits", pod=key_of(pod), error=str(err))
-                # pragma: no mutate end
 
     async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
         ctype = condition_type(self.config.driver_name)
@@ -606,14 +573,12 @@ class Reconciler:
             # their writers left them (resending our cached copies could revert newer ones).
             await asyncio.to_thread(self.api.patch_pod_conditions, current, [mine])
         except client.ApiException as err:
-            # pragma: no mutate start
             log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
-            # pragma: no mutate end
 
     # --- deallocation ------------------------------------------------------------------------
 
     async def _deallocate(self) -> None:
-        candidates, self._dealloc = self._dealloc, set()
+        candidates, self.state.dealloc = self.state.dealloc, set()
         for key in sorted(candidates):
             claim = self.view.claims.get(key)
             if claim is None or not self._unused(key, claim):
@@ -622,14 +587,12 @@ class Reconciler:
                 await asyncio.to_thread(self.writer.deallocate, claim)
             except client.ApiException as err:
                 if err.status != 404:
-                    # pragma: no mutate start
                     log.info("deallocation failed; will retry", claim=key, status=err.status)
-                    # pragma: no mutate end
-                    self._dealloc.add(key)
+                    self.state.dealloc.add(key)
                 continue
             if allocation_of(claim) is not None:
                 self.metrics.deallocations.inc()
-                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")  # pragma: no mutate
+                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""

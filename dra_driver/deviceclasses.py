@@ -19,11 +19,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.slices.builder import Shape
 
 API_VERSION: Final = "resource.k8s.io/v1"
-SHAPES: Final = tuple(shape.value for shape in Shape)
+SHAPES: Final = tuple(shape.value for shape in DeviceType)
 """Class order: the order the chart renders them in."""
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

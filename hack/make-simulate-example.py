@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402
 from dra_driver.backends.fake import FakeBackend  # noqa: E402
+from dra_driver.deviceclasses import SHAPES  # noqa: E402
 from dra_driver.slices import SliceSettings, build_resource_slices  # noqa: E402
 
 TARGET = ROOT / "deploy" / "examples" / "simulate" / "cluster.yaml"
@@ -134,7 +135,7 @@ def main() -> int:
     for node, spec in NODES.items():
         backend = FakeBackend.from_spec(spec, node)
         documents.extend(build_resource_slices(backend.inventory(), SliceSettings()))
-    documents.extend(device_class(kind) for kind in ("gpu", "mig", "timeslice", "shared"))
+    documents.extend(device_class(kind) for kind in SHAPES)
     documents.extend(claims())
     text = HEADER + yaml.safe_dump_all(documents, sort_keys=False, width=100)
     if "--check" in sys.argv[1:]:

@@ -17,11 +17,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from api.device_type import DeviceType  # noqa: E402
 from dra_driver import DEFAULT_DRIVER_NAME  # noqa: E402
 from dra_driver.backends.fake import FakeBackend  # noqa: E402
 from dra_driver.deviceclasses import device_classes  # noqa: E402
 from dra_driver.slices import SliceSettings, build_resource_slices  # noqa: E402
-from dra_driver.slices.builder import Shape  # noqa: E402
 
 TARGET = ROOT / "deploy" / "examples" / "simulate" / "queues.yaml"
 DRIVER = DEFAULT_DRIVER_NAME
@@ -101,7 +101,7 @@ def workload() -> list[dict[str, Any]]:
 
 def main() -> int:
     documents: list[dict[str, Any]] = []
-    settings = SliceSettings(shapes=frozenset({Shape.GPU, Shape.MIG}))
+    settings = SliceSettings(shapes=frozenset({DeviceType.GPU, DeviceType.MIG}))
     for node, spec in NODES.items():
         backend = FakeBackend.from_spec(spec, node)
         documents.extend(build_resource_slices(backend.inventory(), settings))

@@ -30,12 +30,18 @@ cd "$ROOT"
 # nothing, so no mutant is ever tried against them.
 PLUGIN="tests/integration/plugin"
 # The checker's unit tests, not the property tests that also run it (seconds a mutant).
-CHECKER="tests/unit/allocator/test_checker.py tests/unit/allocator/test_checker_cel_device.py \
-tests/unit/allocator/test_checker_messages.py tests/unit/allocator/test_checker_node_selectors.py \
-tests/unit/allocator/test_checker_inputs.py"
+CHECKER="tests/unit/checker"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"
+  [kubeletplugin.prepare.journal]="tests/unit/kubeletplugin/test_journal.py $PLUGIN/test_prepare.py \
+$PLUGIN/test_prepare_faults.py"
+  [kubeletplugin.prepare.locks]="tests/unit/kubeletplugin/test_locks.py $PLUGIN/test_prepare.py"
+  [kubeletplugin.prepare.mig_ops]="tests/unit/kubeletplugin/test_mig_ops.py $PLUGIN/test_prepare.py \
+$PLUGIN/test_prepare_faults.py $PLUGIN/test_recovery.py"
+  [kubeletplugin.prepare.mps_lifecycle]="tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py \
+$PLUGIN/test_recovery.py"
+  [dra_driver.backends.mig]="tests/unit/backends/test_mig_steps.py tests/unit/backends/test_fake_faults.py"
   [kubeletplugin.prepare.recovery]="$PLUGIN/test_recovery.py"
   [kubeletplugin.prepare.sharing]="tests/unit/kubeletplugin/test_sharing.py"
   [kubeletplugin.prepare.container_edits]="tests/unit/kubeletplugin/test_container_edits.py"
@@ -55,6 +61,11 @@ ORDER=(
   kubeletplugin.prepare.container_edits
   kubeletplugin.prepare.sharing
   kubeletplugin.prepare.recovery
+  kubeletplugin.prepare.journal
+  kubeletplugin.prepare.locks
+  dra_driver.backends.mig
+  kubeletplugin.prepare.mig_ops
+  kubeletplugin.prepare.mps_lifecycle
   kubeletplugin.prepare.preparer
   controller.writer
   controller.decide

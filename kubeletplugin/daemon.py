@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from kubernetes import client
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.fake import FakeBackend
@@ -31,7 +32,7 @@ from dra_driver.checkpoint import CheckpointStore
 from dra_driver.driverroot import discover, driver_edits
 from dra_driver.events import NodeEvents
 from dra_driver.kube_client import api_client
-from dra_driver.slices import Shape, SliceSettings, build_resource_slices
+from dra_driver.slices import SliceSettings, build_resource_slices
 from kubeletplugin.health import HealthMonitor
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
 from kubeletplugin.mps.daemon import DEFAULT_MPS_CONTROL, MpsControl
@@ -68,7 +69,7 @@ class PluginConfig:
     # Where fake GPUs keep their state (live MIG instances, faults); shared with tests and tools.
     fake_state_dir: Path | None = None
     nvml: bool = False
-    shapes: frozenset[Shape] = frozenset(Shape)
+    shapes: frozenset[DeviceType] = frozenset(DeviceType)
     timeslice_shares: int = 4
     metrics_port: int | None = None
     healthcheck_port: int | None = None
@@ -273,7 +274,7 @@ class PluginDaemon:
         failing reaches the slices and kubelet's health stream like a GPU fault."""
         while not stop.is_set():
             try:
-                if await self.preparer.check_mps():
+                if await self.preparer.mps.check():
                     await self._health_changed()
                     await self.health.notify()
             except Exception as err:

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.crds import CRD_KEY, CustomResourceDefinitions
+from localcluster.defaults import DEFAULT_WATCH_HISTORY
 from localcluster.http import Server
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType, Validator
 from localcluster.storage import Store
@@ -32,8 +32,9 @@ class ApiServer:
     """An in-memory Kubernetes API server on 127.0.0.1, served from a background thread.
 
     `resources` replaces the default resource table; `validators` maps a resource key
-    (`pods`, `resourceslices.resource.k8s.io`) to a callable whose non-empty answer rejects the
-    write with 422 Invalid (the defaults check ResourceSlices against the API server's limits;
+    (`pods`, `resourceslices.resource.k8s.io`) to a callable of the new and the old object (None
+    on create) whose non-empty answer rejects the write with 422 Invalid (the defaults apply
+    kube-apiserver's rules to every built-in kind the project uses, `dra_driver.validation`;
     pass `validators={}` to drop them). `history` bounds the watch history (older start RVs get
     410 Gone); `bookmark_interval_s` paces BOOKMARK events for watches that ask for them.
     """

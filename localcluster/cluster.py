@@ -30,9 +30,8 @@ from kubernetes import client, dynamic
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
 from localcluster.apiserver import ApiServer
-from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
-from localcluster.cli.local_cluster import DEFAULT_GPUS
 from localcluster.crds import bundled_definitions
+from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
 from localcluster.roles import claims_from_templates, scheduler
 from localcluster.roles.node_agent import NodeAgent
 

@@ -30,8 +30,8 @@ from dra_driver.controller_names import default_finalizer
 from dra_driver.deviceclasses import device_classes
 from dra_driver.pod_claims import claim_names
 from kubeletplugin.prepare.container_edits import env_key
-from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
 from localcluster.cluster import LocalCluster
+from localcluster.defaults import DEFAULT_WATCH_HISTORY
 from localcluster.queue_scenario import two_teams
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
 

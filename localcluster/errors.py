@@ -121,14 +121,17 @@ def conflict(plural: str, group: str, name: str, why: str) -> ApiError:
     )
 
 
-def invalid(plural: str, group: str, name: str, causes: Sequence[Cause | StatusCause]) -> ApiError:
-    listed = ", ".join(f"{c.field}: {c.message}" for c in map(_cause, causes))
+def invalid(kind: str, group: str, name: str, causes: Sequence[Cause | StatusCause]) -> ApiError:
+    """422 as `NewInvalid` words it: `Pod "p" is invalid: <cause>`, or `[<cause>, <cause>]`
+    when there are several; the details name the kind (not the resource)."""
+    listed = [f"{c.field}: {c.message}" if c.field else c.message for c in map(_cause, causes)]
+    shown = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
     return ApiError(
         422,
         "Invalid",
-        f'{_what(plural, group)} "{name}" is invalid: {listed}',
+        f'{_what(kind, group)} "{name}" is invalid: {shown}',
         name=name,
-        kind=plural,
+        kind=kind,
         group=group,
         causes=causes,
     )

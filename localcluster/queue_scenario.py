@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from kubernetes import client
 
+from api.device_type import DeviceType
 from dra_driver.controller_names import default_gate
 from dra_driver.deviceclasses import class_name
 from dra_driver.queues import GROUP, PLURAL, VERSION
@@ -58,7 +59,7 @@ class _Teams:
             for s in found["items"]
             if s["spec"]["driver"] == self.driver
             for d in s["spec"].get("devices") or []
-            if (d.get("attributes") or {}).get("type", {}).get("string") == "gpu"
+            if (d.get("attributes") or {}).get("type", {}).get("string") == DeviceType.GPU
         )
 
     def setup(self, guarantee: int) -> None:

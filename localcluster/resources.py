@@ -10,14 +10,24 @@ validates against the CRD's schema.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dra_driver.validation.defaults import with_defaults
 from localcluster.errors import StatusCause
 
-#: Returns (field path, message) for each problem; an empty list accepts the object.
-Validator = Callable[[Mapping[str, Any]], Sequence[tuple[str, str]]]
+#: (new object, old object or None on create) -> (field path, message) or a cause for each
+#: problem; an empty list accepts the object. It may raise `ApiError` (a value that does not
+#: decode is 400, not 422).
+Validator = Callable[
+    [Mapping[str, Any], Mapping[str, Any] | None], Sequence[tuple[str, str] | StatusCause]
+]
+
+#: An object -> the object with kube-apiserver's defaults for its kind filled in; runs before
+#: admission and validation on every create and update (not on status writes).
+Defaulter = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 #: (new object, old object or None on create) -> (the object to store, problems). Runs before
 #: the validator on every write, status writes included; it may prune and default the object.
@@ -42,6 +52,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     validator: Validator | None = field(default=None, compare=False)
     admit: Admit | None = field(default=None, compare=False)
+    defaulter: Defaulter | None = field(default=None, compare=False)
     #: Overrides of the names derived from `kind` (CRDs declare their own).
     singular: str = ""
     list_kind_name: str = ""
@@ -144,7 +155,22 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType(_RESOURCE, "v1", "resourceslices", "ResourceSlice", False),
     ResourceType(_RESOURCE, "v1", "deviceclasses", "DeviceClass", False),
-    ResourceType(_RESOURCE, "v1", "resourceclaims", "ResourceClaim", True, has_status=True),
-    ResourceType(_RESOURCE, "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    ResourceType(
+        _RESOURCE,
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        True,
+        has_status=True,
+        defaulter=functools.partial(with_defaults, "ResourceClaim"),
+    ),
+    ResourceType(
+        _RESOURCE,
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        True,
+        defaulter=functools.partial(with_defaults, "ResourceClaimTemplate"),
+    ),
     CRD_RESOURCE,
 )

@@ -209,7 +209,7 @@ class Store:
                 prefix = meta.get("generateName") or ""
                 if not prefix:
                     raise errors.invalid(
-                        rt.plural,
+                        rt.kind,
                         rt.group,
                         "",
                         [("metadata.name", "Required value: name or generateName is required")],
@@ -337,14 +337,16 @@ class Store:
     def _validate(rt: ResourceType, obj: Obj, old: Obj | None) -> Obj:
         """The object to store after the type's admission (pruning, defaults) and validation."""
         name = str(_meta(obj).get("name", ""))
+        if rt.defaulter is not None:
+            obj = rt.defaulter(obj)
         if rt.admit is not None:
             obj, admit_causes = rt.admit(obj, old)
             if admit_causes:
-                raise errors.invalid(rt.plural, rt.group, name, admit_causes)
+                raise errors.invalid(rt.kind, rt.group, name, admit_causes)
         if rt.validator is not None:
-            causes = list(rt.validator(obj))
+            causes = list(rt.validator(obj, old))
             if causes:
-                raise errors.invalid(rt.plural, rt.group, name, causes)
+                raise errors.invalid(rt.kind, rt.group, name, causes)
         return obj
 
     def _merged_for_update(

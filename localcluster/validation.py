@@ -1,9 +1,10 @@
-"""Default validators: reject what the real API server would reject, for the kinds we own.
+"""Default validators: reject what kube-apiserver would reject, for the kinds the project uses.
 
-Only ResourceSlices are checked, with the same limits module the driver uses before
-publishing, so a harness-backed test fails the way a real cluster would. Pool-level checks
-(slice count, cross-slice references) are dropped here: the real server validates one slice
-at a time and accepts a pool that is temporarily inconsistent.
+The rules are the shared core's (`dra_driver.validation`), so `simulate` refuses the same
+objects with the same field paths. A value that does not decode (a quantity that does not
+parse, a string where a list belongs) is answered as kube-apiserver answers it, 400 BadRequest;
+every other problem is 422 Invalid with one cause per field. Custom resources (GpuQueue) are
+checked against their CRD's schema and rules instead (`crds.py`), as in a real cluster.
 """
 
 from __future__ import annotations
@@ -11,15 +12,39 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_driver.slices.limits import check_limits
+from dra_driver.validation import UndecodableError, validate_object
+from localcluster.errors import ApiError, StatusCause
 from localcluster.resources import Validator
 
 
-def validate_resource_slice(obj: Mapping[str, Any]) -> Sequence[tuple[str, str]]:
-    """(field, message) for each per-slice limit the slice violates."""
-    return [(v.path, v.message) for v in check_limits([obj]) if not v.message.startswith("pool ")]
+def _validator(kind: str, version: str) -> Validator:
+    def validate(
+        obj: Mapping[str, Any], old: Mapping[str, Any] | None
+    ) -> Sequence[tuple[str, str] | StatusCause]:
+        try:
+            problems = validate_object(kind, obj, old)
+        except UndecodableError as err:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{kind} in version "{version}" cannot be handled as a {kind}: {err.problem}',
+                causes=[StatusCause(err.problem, err.field, "FieldValueInvalid")],
+            ) from None
+        return [StatusCause(p.message, p.field, p.type.reason) for p in problems]
 
+    return validate
+
+
+_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("pods", "Pod", "v1"),
+    ("nodes", "Node", "v1"),
+    ("namespaces", "Namespace", "v1"),
+    ("resourceclaims.resource.k8s.io", "ResourceClaim", "v1"),
+    ("resourceclaimtemplates.resource.k8s.io", "ResourceClaimTemplate", "v1"),
+    ("deviceclasses.resource.k8s.io", "DeviceClass", "v1"),
+    ("resourceslices.resource.k8s.io", "ResourceSlice", "v1"),
+)
 
 DEFAULT_VALIDATORS: Mapping[str, Validator] = {
-    "resourceslices.resource.k8s.io": validate_resource_slice,
+    key: _validator(kind, version) for key, kind, version in _KINDS
 }

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dra_driver.allocator.devices import CapacityRule, Device
 from dra_driver.allocator.quantities import Number
-from dra_driver.allocator.snapshot import CapacityRule, Device
 
 
 def qualified(name: str, driver: str) -> str:

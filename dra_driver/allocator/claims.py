@@ -2,13 +2,18 @@
 
 A plan is built once per claim and reused on every node tried, so selector compilation and
 quantity parsing are not repeated per node.
+
+Caches: `ClaimPlans`, kept with the snapshot (`snapshot.caches`): a spec's requests and
+constraints by the spec's signature. A plan depends only on the spec and on the snapshot's
+DeviceClasses and CEL environment, which never change within a snapshot, so an entry is only
+dropped with the snapshot, or all at once when the table is full.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator.errors import AllocationError, InputError
@@ -186,17 +191,29 @@ def _alternative(
     )
 
 
-_PlanParts = tuple[tuple["RequestPlan", ...], tuple["Constraint", ...]]
+_PlanParts = tuple[tuple[RequestPlan, ...], tuple[Constraint, ...]]
+
+
+@dataclass(slots=True)
+class ClaimPlans:
+    """One snapshot's plans by claim signature (what planning a spec gave, bar `config`)."""
+
+    MAX_ENTRIES = 4096
+    """Emptied when this full: a cluster's claims come in a few shapes; a flood of unique
+    specs must not grow it without bound."""
+
+    by_signature: dict[str, _PlanParts] = field(default_factory=dict)
 
 
 def plan_claim(snapshot: ClusterSnapshot, claim: Mapping[str, Any]) -> ClaimPlan:
     """The claim as the search sees it.
 
-    Claims with equal specs share their requests and constraints, kept on the snapshot by
-    signature: planning compiles selectors and parses quantities, and a cluster's claims come in
-    a few shapes. The kept parts are planned from a private copy of the spec, so changing a
-    claim object afterwards cannot change them. A spec that fails to plan is not kept (each such
-    claim reports its own error), and `config` is always the claim's own.
+    Claims with equal specs share their requests and constraints, kept with the snapshot by
+    signature (`ClaimPlans`): planning compiles selectors and parses quantities, and a
+    cluster's claims come in a few shapes. The kept parts are planned from a private copy of
+    the spec, so changing a claim object afterwards cannot change them. A spec that fails to
+    plan is not kept (each such claim reports its own error), and `config` is always the
+    claim's own.
     """
     key = claim_key(claim)
     spec = claim.get("spec") or {}
@@ -204,12 +221,13 @@ def plan_claim(snapshot: ClusterSnapshot, claim: Mapping[str, Any]) -> ClaimPlan
     if not isinstance(devices, Mapping):
         raise InputError(f"claim {key}: spec.devices must be an object")
     signature = repr(_canonical(devices))
-    parts: _PlanParts | None = snapshot.claim_plans.get(signature)
+    kept = snapshot.caches.of(ClaimPlans).by_signature
+    parts = kept.get(signature)
     if parts is None:
         parts = _plan_parts(snapshot, key, copy.deepcopy(devices))
-        if len(snapshot.claim_plans) >= 4096:
-            snapshot.claim_plans.clear()
-        snapshot.claim_plans[signature] = parts
+        if len(kept) >= ClaimPlans.MAX_ENTRIES:
+            kept.clear()
+        kept[signature] = parts
     config = tuple(_list(devices.get("config"), f"claim {key}: spec.devices.config"))
     meta = claim.get("metadata") or {}
     return ClaimPlan(

@@ -4,6 +4,12 @@
 `Placer` adds the choice of node: name order in first-fit mode (what `simulate` promises), a
 ranked, bounded choice in scored mode. It also remembers which claim shapes did not fit which node
 at which usage version, so a full node is skipped in O(1) until something on it changes.
+
+Caches, all on a `Placer` (for its snapshot and usage), each checked against usage's node versions
+or change log (usage.py) rather than dropped: claim signature → the nodes it did not fit and at
+which versions (`_unfit`); how many leading nodes are known not to fit, in name order
+(`_cursor`) and in load order (`_ranked_cursor`, also lowered when nodes move in the ranking);
+(signature, node) → the scored solution found there (`_fits`); nodes kept sorted by load.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.explain import explain_node
 from dra_driver.allocator.quantities import Number
@@ -28,7 +35,7 @@ from dra_driver.allocator.search import (
     SearchBudgetError,
     SearchState,
 )
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, collector_paused
+from dra_driver.allocator.snapshot import ClusterSnapshot, collector_paused
 from dra_driver.allocator.usage import Usage
 from dra_driver.cel import CelCompileError
 

@@ -10,6 +10,9 @@ The analysis is textual and deliberately conservative: any construct that could 
 the expression does not name — enumeration or size of a map, computed keys, string building,
 comparison of whole maps, bindings — makes the expression "opaque", and its verdicts are then
 computed per device.
+
+Caches: `projection_of`, by expression text (least recently used beyond 4096 expressions); the
+answer depends on the text alone, so it is never stale.
 """
 
 from __future__ import annotations

@@ -23,6 +23,15 @@ slot (each slot looks at no more than `max_candidates_per_slot` feasible devices
 `max_solutions` complete solutions or `max_steps` candidate checks; the first-fit solution is
 always among those compared. Across nodes, `Placer` searches nodes most-loaded first and stops
 after `max_fitting_nodes` nodes that fit.
+
+Caches, by lifetime:
+- `ScoringCaches`, kept with the snapshot (`snapshot.caches`): each device's topology values,
+  counter neighbourhood and its shape, and losses by (shape, free room). All follow from the
+  snapshot's devices and counters, which never change, or (losses) from their key alone, so
+  nothing is invalidated: they go with the snapshot (losses are emptied when very many);
+- `Usage.derived` (usage.py): a counter group's free room and its devices' losses under the
+  usage alone, dropped when a counter of the group changes;
+- `FragmentationModel._rooms`: free room under one search state at one version.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import (
@@ -43,7 +53,7 @@ from dra_driver.allocator.search import (
     all_devices,
     attribute_of,
 )
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, NodeView
+from dra_driver.allocator.snapshot import ClusterSnapshot, NodeView
 from dra_driver.allocator.usage import Usage
 
 
@@ -79,17 +89,24 @@ def _topology_value(device: Device, name: str) -> object | None:
     return found
 
 
-def topology_values(
-    snapshot: ClusterSnapshot, device: Device, names: tuple[str, ...]
-) -> tuple[object | None, ...]:
-    """The device's value of each topology attribute (None: none), kept with the snapshot:
+_Values = tuple[object | None, ...]
+"""A device's value of each topology attribute, in priority order (None: it has none)."""
+
+
+def topology_table(snapshot: ClusterSnapshot, names: tuple[str, ...]) -> dict[int, _Values]:
+    """Device id → its values of the topology attributes `names`, filled as asked (`values_of`):
     the search compares them for every pair of candidate and pick."""
-    per_device = snapshot.topology_values.get(names)
-    if per_device is None:
-        per_device = snapshot.topology_values[names] = {}
-    found = per_device.get(device.id)
+    tables = snapshot.caches.of(ScoringCaches).topology
+    found = tables.get(names)
     if found is None:
-        found = per_device[device.id] = tuple(_topology_value(device, n) for n in names)
+        found = tables[names] = {}
+    return found
+
+
+def values_of(table: dict[int, _Values], device: Device, names: tuple[str, ...]) -> _Values:
+    found = table.get(device.id)
+    if found is None:
+        found = table[device.id] = tuple(_topology_value(device, n) for n in names)
     return found
 
 
@@ -99,17 +116,26 @@ def topology_spread(
     names = policy.topology_attributes
     if len(picks) < 2:  # one group or none: nothing spreads
         return (0,) * len(names)
+    table = topology_table(snapshot, names) if snapshot is not None else None
     spread: list[int] = []
     for i, name in enumerate(names):
         groups: set[object] = set()
         for pick in picks:
-            if snapshot is not None:
-                value = topology_values(snapshot, pick.device, names)[i]
+            if table is not None:
+                value = values_of(table, pick.device, names)[i]
             else:
                 value = _topology_value(pick.device, name)
             groups.add(value if value is not None else ("alone", pick.device.id))
         spread.append(max(len(groups) - 1, 0))
     return tuple(spread)
+
+
+_Taking = tuple[tuple[int, float], ...]
+"""(counter, amount) a device takes, counters numbered within its neighbourhood."""
+_Mates = tuple[tuple[_Taking, float], ...]
+"""What each mate takes, and its weight."""
+_PoolShape = tuple[tuple[tuple[tuple[int, Number], ...], ...], tuple[Number, ...]]
+"""Each device's (counter, amount) consumption, in order, and the pool's counter totals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +148,41 @@ class _Neighbourhood:
 
     counters: tuple[int, ...]
     shape: int
-    taking: tuple[tuple[int, float], ...]
-    mates: tuple[tuple[tuple[tuple[int, float], ...], float], ...]
+    taking: _Taking
+    mates: _Mates
+
+
+@dataclass(slots=True)
+class ScoringCaches:
+    """What scoring works out from one snapshot, kept with it (`snapshot.caches`).
+
+    Keyed by device id, pool index or the snapshot's own structures, all fixed for the
+    snapshot's life, so entries never go stale and are never dropped one by one.
+    """
+
+    MAX_LOSSES = 200_000
+    """`losses` is emptied past this many entries (memory)."""
+
+    neighbourhoods: dict[int, _Neighbourhood] = field(default_factory=dict)
+    """Device id → its counter neighbourhood."""
+    shapes: dict[tuple[_Taking, _Mates, tuple[float, ...]], int] = field(default_factory=dict)
+    """A neighbourhood's structure (what the device takes, its mates, the counters' totals)
+    → its shape number: equal GPUs on different nodes share one."""
+    shape_parts: dict[int, tuple[_Taking, _Mates]] = field(default_factory=dict)
+    """Shape number → one shared copy of its structure (memory: a few dozen shapes)."""
+    losses: dict[tuple[int, tuple[float, ...]], float] = field(default_factory=dict)
+    """(shape, free room of its counters) → fragmentation loss; a function of the key alone.
+    Emptied past `MAX_LOSSES` entries."""
+    counter_users: dict[int, dict[int, list[Device]]] = field(default_factory=dict)
+    """Pool index → counter → the pool's devices consuming it."""
+    pool_templates: dict[int, int] = field(default_factory=dict)
+    """Pool index → the first pool of the same shape (see `FragmentationModel._template`)."""
+    pool_shapes: dict[_PoolShape, int] = field(default_factory=dict)
+    """A pool's shape (each device's consumption, the counters' totals) → its first pool."""
+    counter_groups: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    """One shared tuple per group of counters, so its id can key free room."""
+    topology: dict[tuple[str, ...], dict[int, _Values]] = field(default_factory=dict)
+    """Topology attribute names → device id → its values (`topology_table`)."""
 
 
 class FragmentationModel:
@@ -131,11 +190,13 @@ class FragmentationModel:
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
-        self._hoods: dict[int, _Neighbourhood] = snapshot.neighbourhoods
-        self._shapes: dict[object, int] = snapshot.neighbourhood_shapes
-        self._shape_parts: dict[int, Any] = snapshot.neighbourhood_parts
-        self._losses: dict[tuple[int, tuple[float, ...]], float] = snapshot.losses
-        self._counter_users: dict[int, dict[int, list[Device]]] = snapshot.counter_users
+        self.caches = caches = snapshot.caches.of(ScoringCaches)
+        # The tables the loops use, one attribute look-up away.
+        self._hoods = caches.neighbourhoods
+        self._shapes = caches.shapes
+        self._shape_parts = caches.shape_parts
+        self._losses = caches.losses
+        self._counter_users = caches.counter_users
         # Free room per neighbourhood, valid for one state at one version: ranking a slot's
         # candidates asks for the same GPU's room dozens of times between two picks.
         self._rooms: dict[tuple[int, int], tuple[float, ...]] = {}
@@ -159,12 +220,13 @@ class FragmentationModel:
         """The first pool whose devices consume the same counters, in the same order, of the
         same totals: its neighbourhoods are this pool's too (counter indices are per pool), so
         a cluster of equal nodes works them out once rather than once per node."""
-        found = self.snapshot.pool_templates.get(pool_index)
+        templates = self.caches.pool_templates
+        found = templates.get(pool_index)
         if found is None:
             pool = self.snapshot.pools[pool_index]
             shape = (tuple(d.consumes for d in pool.devices), tuple(pool.counter_totals))
-            found = self.snapshot.pool_shapes.setdefault(shape, pool_index)
-            self.snapshot.pool_templates[pool_index] = found
+            found = self.caches.pool_shapes.setdefault(shape, pool_index)
+            templates[pool_index] = found
         return found
 
     def neighbourhood(self, device: Device) -> _Neighbourhood:
@@ -201,7 +263,7 @@ class FragmentationModel:
             taking, mate_shapes = self._shape_parts.setdefault(shape, (taking, mate_shapes))
             # One tuple per counter group, so devices of one GPU share their room (see `loss`).
             group = tuple(counters)
-            group = self.snapshot.counter_groups.setdefault(group, group)
+            group = self.caches.counter_groups.setdefault(group, group)
             found = _Neighbourhood(group, shape, taking, mate_shapes)
             self._hoods[device.id] = found
         return found
@@ -283,7 +345,7 @@ class FragmentationModel:
         # placements (an H100 against an A30) do not look costlier for the same harm.
         offered = sum(weight for _, weight in hood.mates)
         lost = lost / offered if offered else 0.0
-        if len(self._losses) > 200_000:
+        if len(self._losses) > ScoringCaches.MAX_LOSSES:
             self._losses.clear()
         self._losses[key] = lost
         return lost
@@ -345,7 +407,7 @@ class ScoredSearch:
         prefer = self.prefer
         loss_of = self.model.loss
         limit = self.policy.max_candidates_per_slot
-        snapshot = state.snapshot
+        table = topology_table(state.snapshot, topology)
         # `skipped_before_selectors` for the common pick, without the call per candidate.
         plain = not alt.admin_access
         exclusive = state.usage.exclusive
@@ -366,8 +428,8 @@ class ScoredSearch:
             left = 1.0 if pick.share is None else _share_left(state.usage, device, pick.share)
             mismatch = alone
             if state.picks:
-                mine = topology_values(snapshot, device, topology)
-                theirs = [topology_values(snapshot, p.device, topology) for p in state.picks]
+                mine = values_of(table, device, topology)
+                theirs = [values_of(table, p.device, topology) for p in state.picks]
                 mismatch = tuple(
                     sum(1 for t in theirs if (v := t[i]) is None or v != value)
                     for i, value in enumerate(mine)

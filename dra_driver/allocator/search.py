@@ -4,12 +4,17 @@
 answer the kube-scheduler's allocator gives. `ScoredSearch` (scoring.py) walks the same space in
 another order. Both share the checks in `SearchState`, which applies a pick and undoes it exactly
 (in-use marks, counter and capacity consumption), so a rejected branch leaves no trace.
+
+Caches: `CandidateLists`, kept with the snapshot (`snapshot.caches`): per node and selector
+chain, the node's devices whose verdict is not false. Verdicts and a node's devices are fixed
+for a snapshot, so a list is only dropped with the snapshot; what is in use is checked during
+the search, never baked into a list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dra_driver.allocator.capacity import large_enough, share_demand
 from dra_driver.allocator.claims import (
@@ -19,9 +24,10 @@ from dra_driver.allocator.claims import (
     ClaimPlan,
     Toleration,
 )
+from dra_driver.allocator.devices import Device, Taint
 from dra_driver.allocator.errors import AllocationError
 from dra_driver.allocator.quantities import Number
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, NodeView, Taint
+from dra_driver.allocator.snapshot import ClusterSnapshot, NodeView
 from dra_driver.allocator.usage import Usage
 from dra_driver.allocator.verdicts import SelectorFailure, Verdict
 from dra_driver.cel import CompiledSelector
@@ -67,12 +73,20 @@ def untolerated_taint(device: Device, alternative: Alternative) -> Taint | None:
     return None
 
 
+@dataclass(slots=True)
+class CandidateLists:
+    """One snapshot's candidate lists, filled by `CandidateIndex`."""
+
+    by_chain: dict[tuple[str, tuple[str, ...]], Candidates] = field(default_factory=dict)
+    """(node, the chain's selector expressions) → (device, verdict) in the node's device order."""
+
+
 class CandidateIndex:
     """Per node and selector chain: the devices whose verdict is not false, in device order."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
-        self._lists = snapshot.candidate_lists
+        self._lists = snapshot.caches.of(CandidateLists).by_chain
 
     def candidates(self, view: NodeView, alternative: Alternative) -> Candidates:
         split = alternative.class_selector_count

@@ -3,6 +3,12 @@
 Built from the allocations of every claim; updated as the allocator records new allocations (and
 releases, for simulations with departures). Admin-access results take nothing. A device in use
 consumes its counters once, however many shares of it exist.
+
+Caches kept here for others, each invalidated by the change that makes it stale:
+- `node_versions` and the change log `changes`: bumped and appended on every change of a node's
+  usage, so the placer's "does not fit" answers and cursors (placement.py) expire;
+- `derived`: what scoring works out from one counter group under this usage alone, dropped
+  when a counter of that group changes.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import Number, quantity_value
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device
+from dra_driver.allocator.snapshot import ClusterSnapshot
 
 
 class Usage:

@@ -10,6 +10,16 @@ can see share one verdict (projection.py), kept in a `VerdictCache` shared acros
 is keyed by content, so it stays right whatever changes. For other selectors, verdicts of
 devices whose slice carries a resourceVersion are shared across snapshots until that slice (new
 version) or the class (new expression text) changes; the rest live as long as the snapshot.
+
+Caches:
+- `VerdictCache` (shared across snapshots, passed to `ClusterSnapshot.build`): (expression,
+  projection key or slice version and device) → verdict. Keyed by content, so never stale;
+  emptied all at once when full;
+- `SelectorEvaluator` (one per snapshot): per-device verdicts where no projection applies (an
+  opaque selector, or sections that are not maps); each expression's projection names; per
+  candidate list and names, the numbering of its projection keys; and the most recent CEL
+  device values (the only part evicted one by one, oldest first). All follow from the
+  snapshot, so they go with it.
 """
 
 from __future__ import annotations

@@ -9,29 +9,43 @@ recovery has to be able to find and destroy a half-created device.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
+from api.v1alpha1.types import TimeSliceInterval
 from dra_driver.inventory.model import GpuInstance, Inventory, MigDevice, MigPlacement
 
+# A backend sets the interval a claim's configuration names, so the protocol takes the config
+# API's type; it is exported here so that a backend needs only this module.
+__all__ = [
+    "TIMESLICE_SETTINGS",
+    "DeviceHealth",
+    "GpuBackend",
+    "HealthEvent",
+    "TimeSliceInterval",
+    "timeslice_from_setting",
+]
 
-class TimeSliceInterval(enum.Enum):
-    """Values `nvidia-smi compute-policy --set-timeslice` accepts (0 restores the default)."""
+TIMESLICE_SETTINGS: Mapping[TimeSliceInterval, int] = MappingProxyType(
+    {
+        TimeSliceInterval.DEFAULT: 0,
+        TimeSliceInterval.SHORT: 1,
+        TimeSliceInterval.MEDIUM: 2,
+        TimeSliceInterval.LONG: 3,
+    }
+)
+"""What `nvidia-smi compute-policy --set-timeslice` takes for each interval (0 restores the
+default); the fake backend records the same numbers."""
 
-    DEFAULT = 0
-    SHORT = 1
-    MEDIUM = 2
-    LONG = 3
 
-    @classmethod
-    def from_config(cls, name: str) -> TimeSliceInterval:
-        """Map the config API's spelling (`Default`, `Short`, `Medium`, `Long`)."""
-        try:
-            return cls[name.upper()]
-        except KeyError:
-            raise ValueError(
-                f"unknown time-slice interval {name!r}: expected Default, Short, Medium or Long"
-            ) from None
+def timeslice_from_setting(setting: int) -> TimeSliceInterval:
+    """The interval whose `nvidia-smi` number is `setting`."""
+    for interval, number in TIMESLICE_SETTINGS.items():
+        if number == setting:
+            return interval
+    raise ValueError(f"{setting} is not a time-slice setting nvidia-smi knows")
 
 
 class DeviceHealth(enum.Enum):

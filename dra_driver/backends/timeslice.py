@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 
-from dra_driver.backends.base import TimeSliceInterval
+from dra_driver.backends.base import TIMESLICE_SETTINGS, TimeSliceInterval
 from dra_driver.backends.errors import TimeSliceCommandError
 
 # How much of nvidia-smi's output goes into an error message (ResourceClaim messages are short).
@@ -18,7 +18,14 @@ MAX_EXCERPT = 400
 
 
 def timeslice_command(nvidia_smi: str, gpu_uuid: str, interval: TimeSliceInterval) -> list[str]:
-    return [nvidia_smi, "compute-policy", "-i", gpu_uuid, "--set-timeslice", str(interval.value)]
+    return [
+        nvidia_smi,
+        "compute-policy",
+        "-i",
+        gpu_uuid,
+        "--set-timeslice",
+        str(TIMESLICE_SETTINGS[interval]),
+    ]
 
 
 def set_timeslice(
@@ -26,7 +33,7 @@ def set_timeslice(
 ) -> None:
     """Run the command for one GPU; `gpu` is the identity used in error messages."""
     argv = timeslice_command(nvidia_smi, gpu_uuid, interval)
-    operation = f"set time-slice {interval.name.lower()} ({interval.value})"
+    operation = f"set time-slice {interval.name.lower()} ({TIMESLICE_SETTINGS[interval]})"
     try:
         result = subprocess.run(
             argv, shell=False, capture_output=True, text=True, timeout=timeout, check=False

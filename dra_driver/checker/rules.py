@@ -62,8 +62,8 @@ _Flag = Callable[[str, str], None]
 __all__ = [
     "MAX_RESULTS_PER_CLAIM",
     "ClusterChecker",
+    "Holdings",
     "MalformedInputError",
-    "Usage",
     "Violation",
     "accepted_node_selectors",
     "check_allocations",
@@ -80,7 +80,7 @@ class Violation:
 
 
 @dataclass
-class Usage:
+class Holdings:
     """What the claims checked so far hold, to judge the next claim against."""
 
     exclusive: dict[DeviceKey, str] = field(default_factory=dict)
@@ -100,7 +100,7 @@ class Usage:
     share_ids: set[tuple[DeviceKey, str]] = field(default_factory=set)
     claims: set[str] = field(default_factory=set)
 
-    def copy(self) -> Usage:
+    def copy(self) -> Holdings:
         return copy.deepcopy(self)
 
 
@@ -280,7 +280,7 @@ class ClusterChecker:
         return True, ""
 
     def all_devices(
-        self, alternative: Alternative, node_name: str | None, usage: Usage | None = None
+        self, alternative: Alternative, node_name: str | None, usage: Holdings | None = None
     ) -> list[Device]:
         """What ``allocationMode: All`` must take on a node: every selectable device, in order,
         whose capacity serves the request given what ``usage`` (earlier claims) consumes."""
@@ -289,7 +289,7 @@ class ClusterChecker:
             d
             for d in view.order
             if self.selection(alternative, d)[0] is True
-            and capacity_serves(d, alternative, usage or Usage())
+            and capacity_serves(d, alternative, usage or Holdings())
         ]
 
     # --- checking -----------------------------------------------------------------------------
@@ -297,16 +297,16 @@ class ClusterChecker:
     def check(
         self,
         claims: Iterable[Mapping[str, Any]],
-        usage: Usage | None = None,
+        usage: Holdings | None = None,
         *,
         node_hint: str | None = None,
-    ) -> tuple[list[Violation], Usage]:
+    ) -> tuple[list[Violation], Holdings]:
         """Check allocated claims in order on top of ``usage``; returns violations and new usage.
 
         ``node_hint`` names the node when the caller knows it (an allocation without node-local
         devices names none); otherwise such an allocation is accepted if some node fits it.
         """
-        usage = usage if usage is not None else Usage()
+        usage = usage if usage is not None else Holdings()
         violations: list[Violation] = []
         for raw in claims:
             allocation = (raw.get("status") or {}).get("allocation")
@@ -330,7 +330,7 @@ class ClusterChecker:
         self,
         spec: ClaimSpec,
         allocation: Mapping[str, Any],
-        usage: Usage,
+        usage: Holdings,
         node_hint: str | None,
     ) -> list[Violation]:
         named = allocation_node(allocation) or node_hint
@@ -348,7 +348,7 @@ class ClusterChecker:
         return found + self._usage_rules(spec, resolved, view, usage)
 
     def _claim_rules(
-        self, spec: ClaimSpec, allocation: Mapping[str, Any], view: _NodeView, usage: Usage
+        self, spec: ClaimSpec, allocation: Mapping[str, Any], view: _NodeView, usage: Holdings
     ) -> tuple[list[Violation], list[_Resolved]]:
         """Everything that can be judged from this claim alone, on one node."""
         found: list[Violation] = []
@@ -466,7 +466,7 @@ class ClusterChecker:
         chosen: Mapping[int, Alternative],
         resolved: Sequence[_Resolved],
         flag: _Flag,
-        usage: Usage,
+        usage: Holdings,
     ) -> None:
         # "All" must be known before the search starts: every All entry, chosen or not (a
         # firstAvailable entry that was not reached), runs its selectors on every device of the
@@ -728,7 +728,7 @@ class ClusterChecker:
         spec: ClaimSpec,
         resolved: Sequence[_Resolved],
         view: _NodeView,
-        usage: Usage,
+        usage: Holdings,
     ) -> list[Violation]:
         """Rules between this claim and the claims before it; records this claim's use."""
         found: list[Violation] = []
@@ -812,7 +812,7 @@ class ClusterChecker:
         return found
 
 
-def capacity_serves(device: Device, alternative: Alternative, usage: Usage) -> bool:
+def capacity_serves(device: Device, alternative: Alternative, usage: Holdings) -> bool:
     """Whether ``device`` can serve ``alternative``'s capacity requests, given what earlier
     claims consume of it; what decides whether an ``All`` set includes the device."""
     if not device.multiple:

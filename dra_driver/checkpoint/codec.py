@@ -13,6 +13,8 @@ Compatibility rules, so that an upgrade never loses state:
 - a field added later is optional in the decoder and has a default;
 - keys the decoder does not know are ignored, so a file written by a newer plugin of the same
   format version still loads after a downgrade;
+- a device kind (`shape`) the decoder does not know is refused rather than guessed at, because
+  what recovery undoes depends on it: a new kind of device needs a new format version;
 - a version newer than `CURRENT_VERSION` is refused with `NewerCheckpointError`.
 
 Fields that hold their default are not written, which keeps files small and means records that do
@@ -26,6 +28,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from api.device_type import DeviceType
 from dra_driver.checkpoint.errors import CorruptCheckpointError, NewerCheckpointError
 from dra_driver.checkpoint.model import (
     Checkpoint,
@@ -38,6 +41,9 @@ from dra_driver.checkpoint.model import (
 from dra_driver.typed_json import JsonObject, JsonShapeError
 
 CURRENT_VERSION = 1
+
+# The file's word for a pre-created MIG device; every other device is written as its DeviceType.
+_PRE_CREATED_MIG = "static-mig"
 
 Upgrader = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -149,8 +155,8 @@ def _device_to_data(device: DeviceRecord) -> dict[str, Any]:
     }
     if device.share_id is not None:
         data["shareId"] = device.share_id
-    if device.shape:
-        data["shape"] = device.shape
+    if device.device_type is not None:
+        data["shape"] = _PRE_CREATED_MIG if device.pre_created else device.device_type.value
     if device.minor is not None:
         data["minor"] = device.minor
     if device.timeslice_interval is not None:
@@ -268,19 +274,37 @@ def _list(reader: JsonObject, key: str) -> list[JsonObject]:
 
 
 def _device_from_data(device: JsonObject) -> DeviceRecord:
+    device_type, pre_created = _device_kind(device)
     return DeviceRecord(
         request_names=device.strings("requestNames"),
         pool_name=device.string("poolName"),
         device_name=device.string("deviceName"),
         cdi_device_ids=device.strings("cdiDeviceIds"),
         share_id=device.optional_string("shareId"),
-        shape=device.optional_string("shape") or "",
+        device_type=device_type,
+        pre_created=pre_created,
         minor=device.optional_integer("minor", minimum=0),
         timeslice_interval=device.optional_string("timesliceInterval"),
         mps_thread_percentage=device.optional_integer("mpsThreadPercentage", minimum=0),
         mps_pinned_memory_bytes=device.optional_integer("mpsPinnedMemoryBytes", minimum=0),
         mps_uuid=device.optional_string("mpsUuid"),
     )
+
+
+def _device_kind(device: JsonObject) -> tuple[DeviceType | None, bool]:
+    """The device type, and whether it is a pre-created MIG device, from the record's word."""
+    word = device.optional_string("shape")
+    if not word:
+        return None, False
+    if word == _PRE_CREATED_MIG:
+        return DeviceType.MIG, True
+    try:
+        return DeviceType(word), False
+    except ValueError:
+        known = ", ".join([*(kind.value for kind in DeviceType), _PRE_CREATED_MIG])
+        raise JsonShapeError(
+            device.path_of("shape"), f"unknown device kind {word!r} (known: {known})"
+        ) from None
 
 
 def _mig_from_data(instance: JsonObject) -> MigInstanceRecord:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from api.device_type import DeviceType
+
 
 class ClaimState(StrEnum):
     PREPARE_STARTED = "PrepareStarted"
@@ -39,13 +41,25 @@ class DeviceRecord:
     device_name: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None = None
-    shape: str = ""
+    device_type: DeviceType | None = None
+    # A MIG device an administrator created: prepare hands it out but neither made it nor undoes
+    # it, unlike a MIG device made on demand at prepare.
+    pre_created: bool = False
     minor: int | None = None
     timeslice_interval: str | None = None
     mps_thread_percentage: int | None = None
     mps_pinned_memory_bytes: int | None = None
     # UUID of the GPU (or MIG device) whose MPS control daemon serves this device's clients.
     mps_uuid: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pre_created and self.device_type is not DeviceType.MIG:
+            raise ValueError(f"only a MIG device is pre-created, not {self.device_type!r}")
+
+    @property
+    def on_demand_mig(self) -> bool:
+        """A MIG device that prepare created, so unprepare (or recovery) must destroy it."""
+        return self.device_type is DeviceType.MIG and not self.pre_created
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ from typing import Any
 
 import yaml
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.errors import BackendError
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.cli.flag_types import shapes
-from dra_driver.slices import Shape, SliceLimitError, SliceSettings, build_resource_slices
+from dra_driver.slices import SliceLimitError, SliceSettings, build_resource_slices
 from dra_driver.slices.limits import enforce_limits
 
 
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--shapes",
         type=shapes,
-        default=frozenset(Shape),
+        default=frozenset(DeviceType),
         help="comma list of shapes to publish: gpu, mig, timeslice, shared (default: all)",
     )
     parser.add_argument(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 
-from dra_driver.slices import Shape
+from api.device_type import DeviceType
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
@@ -59,10 +59,10 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return check
 
 
-def shapes(text: str) -> frozenset[Shape]:
+def shapes(text: str) -> frozenset[DeviceType]:
     """A comma list of device shapes, at least one; used by the plugin and `dra-driver devices`."""
     names = [part.strip() for part in text.split(",") if part.strip()]
-    known = {shape.value: shape for shape in Shape}
+    known = {shape.value: shape for shape in DeviceType}
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(

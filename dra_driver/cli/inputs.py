@@ -1,7 +1,9 @@
 """Reading a multi-document YAML file of cluster objects for the offline tools.
 
 Only the kinds allocation looks at are accepted; anything else is reported with its position in
-the file, because a typo in `kind` would otherwise silently drop devices or claims.
+the file, because a typo in `kind` would otherwise silently drop devices or claims. Each object
+is checked with kube-apiserver's rules (`dra_driver.validation`): a file that a cluster could
+never hold gives an error naming the object and the field, not a plausible answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from dra_driver.validation import UndecodableError, validate_object
+from dra_driver.validation.defaults import with_defaults
+from dra_driver.validation.meta import object_name
 
 KINDS = (
     "ResourceSlice",
@@ -58,6 +64,8 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
     meta = doc.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
         raise InputFileError(f"{where}: {kind} has no metadata.name")
+    doc = with_defaults(kind, doc)
+    _check(doc, kind, where)
     target = {
         "ResourceSlice": objects.slices,
         "DeviceClass": objects.classes,
@@ -68,6 +76,23 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
         "GpuQueue": objects.queues,
     }[kind]
     target.append(dict(doc))
+
+
+def _check(doc: Mapping[str, Any], kind: str, where: str) -> None:
+    """Refuse what kube-apiserver would refuse, naming the object and every field at fault.
+
+    ResourceSlices are left to the allocator's snapshot, which reports an unusable pool by name:
+    recorded clusters keep devices and shared counters in one slice, a layout the API server's
+    per-slice limits refuse but allocation reads the same way."""
+    if kind == "ResourceSlice":
+        return
+    name = object_name(doc)
+    try:
+        problems = [str(p) for p in validate_object(kind, doc)]
+    except UndecodableError as err:
+        problems = [f"{err.field}: {err.problem}"]
+    if problems:
+        raise InputFileError(f"{where}: {kind} {name} is invalid: {'; '.join(problems)}")
 
 
 def load_objects(path: Path) -> ClusterObjects:

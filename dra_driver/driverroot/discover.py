@@ -170,23 +170,45 @@ def _library_name(file_name: str) -> str | None:
 def _pick(
     root: Path, name: str, paths: Iterable[PurePosixPath], version: str | None
 ) -> Library | None:
-    """The real file behind a library's candidates, preferring the driver's version, with every
-    candidate name in its directory that leads to it."""
+    """The real file behind a library's candidates, with every candidate name in its directory.
+
+    With the driver's version known, the file named for it wins (as the NVIDIA container toolkit
+    picks it), wherever the linker cache lists it among other versions' copies, and also when
+    it is only found beside a soname link that leads to another version: ldconfig links a
+    soname to the highest version in the directory, which after an in-place downgrade is a
+    leftover. Without a version, the first candidate wins, as for the host's own linker."""
     real: dict[PurePosixPath, list[str]] = {}
     for path in paths:
-        target = resolve_in_root(root, path)
-        if target is None or not in_root(root, target).is_file():
+        target = _real_file(root, path)
+        if target is None:
             continue
         links = real.setdefault(target, [])
         if path.name != target.name and path.parent == target.parent:
             links.append(path.name)
     if not real:
         return None
-    preferred = [p for p in real if version and p.name == f"{name}.{version}"]
-    chosen = preferred[0] if preferred else next(iter(real))
-    sonames = set(real[chosen]) | _sibling_links(root, chosen)
+    chosen = next(iter(real))
+    if version:
+        wanted = f"{name}.{version}"
+        named = [p for p in real if p.name == wanted]
+        beside = [f for d in _parents(real) if (f := _real_file(root, d / wanted)) is not None]
+        chosen = (named or beside or [chosen])[0]
+    # A soname next to the chosen file names it in the container, whatever it leads to here.
+    sonames = {
+        link for file, links in real.items() if file.parent == chosen.parent for link in links
+    }
+    sonames |= _sibling_links(root, chosen)
     sonames.discard(name)  # the development name is a link the hooks make, never a soname
     return Library(name=name, file=chosen, sonames=tuple(sorted(sonames)))
+
+
+def _parents(files: Iterable[PurePosixPath]) -> list[PurePosixPath]:
+    return list(dict.fromkeys(file.parent for file in files))
+
+
+def _real_file(root: Path, path: PurePosixPath) -> PurePosixPath | None:
+    target = resolve_in_root(root, path)
+    return target if target is not None and in_root(root, target).is_file() else None
 
 
 def _sibling_links(root: Path, file: PurePosixPath) -> set[str]:

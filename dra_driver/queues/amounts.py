@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from api.device_type import DeviceType
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import quantity_value
-from dra_driver.allocator.snapshot import ClusterSnapshot, Device, Pool
+from dra_driver.allocator.snapshot import ClusterSnapshot, Pool
 from dra_driver.queues.spec import ZERO, Amounts
 
 _SLICE_PREFIX = "memory-slice-"
@@ -123,7 +125,7 @@ def capacity(snapshot: ClusterSnapshot, driver: str, nodes: set[str] | None = No
             continue
         for device in pool.devices:
             kind = device.attribute(f"{driver}/type")
-            if kind is None or kind[1] != "gpu":
+            if kind is None or kind[1] != DeviceType.GPU:
                 continue
             if nodes is not None and device.node_name not in nodes:
                 continue

@@ -64,11 +64,11 @@ from numpy.typing import NDArray
 
 from dra_driver.allocator import ClusterSnapshot, Usage
 from dra_driver.allocator.capacity import share_demand
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import Number
 from dra_driver.allocator.search import CandidateIndex
-from dra_driver.allocator.snapshot import Device
 from dra_driver.simulation.rooms import NodeUnits, Rooms, unit_rooms
-from dra_driver.simulation.workload import Demand, Shape, Workload
+from dra_driver.simulation.workload import Demand, PodShape, Workload
 
 EPS = 1e-9
 COVERAGE = 0.95
@@ -147,7 +147,7 @@ class ShapeTable:
 
     def __init__(
         self,
-        weighted: Sequence[tuple[Shape, float]],
+        weighted: Sequence[tuple[PodShape, float]],
         names: Sequence[str],
         demand_ids: Sequence[int],
     ) -> None:
@@ -376,11 +376,13 @@ class FragmentationIndex:
             ids = [-1 if s.demand is None else self.demand_id(s.demand) for s, _ in weighted]
             self.table = ShapeTable(weighted, self.names, ids)
 
-    def weighted(self, distribution: Sequence[tuple[Shape, float]]) -> list[tuple[Shape, float]]:
+    def weighted(
+        self, distribution: Sequence[tuple[PodShape, float]]
+    ) -> list[tuple[PodShape, float]]:
         """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
         renormalised."""
         ranked = sorted(distribution, key=lambda item: -item[1])
-        kept: list[tuple[Shape, float]] = []
+        kept: list[tuple[PodShape, float]] = []
         mass = 0.0
         for shape, p in ranked:
             if mass >= COVERAGE or len(kept) >= MAX_SHAPES:
@@ -504,7 +506,7 @@ class FragmentationIndex:
         return self._picked[(gpu, self.demand_id(demand))][option]
 
     def choose(
-        self, node: str, free: Mapping[str, int], shape: Shape, objective: Objective
+        self, node: str, free: Mapping[str, int], shape: PodShape, objective: Objective
     ) -> Choice | None:
         """The best way to put `shape` on `node` under `objective`, or None if it cannot fit.
         One node at a time; `ranking.NodeTable` ranks every node at once with the same

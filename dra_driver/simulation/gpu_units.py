@@ -35,8 +35,8 @@ from typing import Any
 from dra_driver.allocator import AllocationError, ClusterSnapshot, Usage
 from dra_driver.allocator.capacity import large_enough, share_demand
 from dra_driver.allocator.claims import ALL, Alternative, plan_claim
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.search import CandidateIndex
-from dra_driver.allocator.snapshot import Device
 from dra_driver.simulation.rooms import consumed_fraction, counter_units, unit_shares
 
 

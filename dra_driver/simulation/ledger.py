@@ -24,7 +24,9 @@ def asked(requests: Resources) -> list[tuple[str, int]]:
     return [(name, amount) for name, amount in requests.items() if amount > 0]
 
 
-class Ledger:
+class NodeResourceLedger:
+    """Allocatable and used node resources per node, and what is left of them."""
+
     def __init__(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         self.allocatable: dict[str, Resources] = {}
         for node in nodes:

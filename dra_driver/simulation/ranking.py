@@ -43,13 +43,17 @@ from dra_driver.simulation.fragindex import (
     State,
     int_array,
 )
-from dra_driver.simulation.ledger import Ledger
-from dra_driver.simulation.workload import Shape
+from dra_driver.simulation.ledger import NodeResourceLedger
+from dra_driver.simulation.workload import PodShape
 
 
 class NodeTable:
     def __init__(
-        self, nodes: Sequence[str], ledger: Ledger, usage: Usage, index: FragmentationIndex
+        self,
+        nodes: Sequence[str],
+        ledger: NodeResourceLedger,
+        usage: Usage,
+        index: FragmentationIndex,
     ) -> None:
         self.nodes = list(nodes)
         self.ledger = ledger
@@ -162,7 +166,7 @@ class NodeTable:
 
     def fitting(self, asks: Sequence[tuple[str, int]]) -> NDArray[np.bool_]:
         """Per node, whether its free resources take a pod asking `asks` (`asked(requests)`):
-        `Ledger.fits` for every node at once."""
+        `NodeResourceLedger.fits` for every node at once."""
         fits = self._column(PODS) >= 1
         for name, amount in asks:
             fits &= self._column(name) >= amount
@@ -173,7 +177,7 @@ class NodeTable:
 
     def ranked(
         self,
-        shape: Shape,
+        shape: PodShape,
         asks: Sequence[tuple[str, int]],
         cpu: int,
         objective: Objective,

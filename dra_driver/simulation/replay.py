@@ -25,9 +25,9 @@ from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_clai
 from dra_driver.allocator.placement import search_node
 from dra_driver.noderesources import CPU, MEMORY, Resources, pod_requests
 from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
-from dra_driver.simulation.ledger import Ledger, asked
+from dra_driver.simulation.ledger import NodeResourceLedger, asked
 from dra_driver.simulation.ranking import NodeTable
-from dra_driver.simulation.workload import Shape, Workload, shape_of
+from dra_driver.simulation.workload import PodShape, Workload, shape_of
 
 
 class PodPolicy(enum.StrEnum):
@@ -42,7 +42,7 @@ class PodPlacement:
     allocations: list[dict[str, Any]] | None
     reason: str | None
     requests: Resources
-    shape: Shape
+    shape: PodShape
     choice: Choice | None = None
     candidates: list[Choice] = field(default_factory=list)
     """Scored mode: the best evaluation per distinct node state, best first (for explain)."""
@@ -66,7 +66,7 @@ class Cluster:
         self.usage = usage or Usage()
         self.policy = policy
         self.scoring = scoring or ScoringPolicy()
-        self.ledger = Ledger(nodes)
+        self.ledger = NodeResourceLedger(nodes)
         self.nodes = snapshot.schedulable_node_names()
         known = set(self.nodes)
         self.nodes += [n for n in self.ledger.allocatable if n not in known]

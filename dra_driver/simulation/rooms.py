@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_driver.allocator import ClusterSnapshot, Usage
+from dra_driver.allocator.devices import Device
 from dra_driver.allocator.quantities import Number
-from dra_driver.allocator.snapshot import Device, Pool
+from dra_driver.allocator.snapshot import Pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,9 @@ class Demand:
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class PodShape:
+    """What decides where a pod can go: its node resource requests and its dominant demand."""
+
     requests: tuple[tuple[str, int], ...]
     demand: Demand | None
 
@@ -38,7 +40,7 @@ class Shape:
         return (self.requests, None if self.demand is None else self.demand.key)
 
 
-def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> Shape:
+def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> PodShape:
     """The pod's shape; its dominant demand is its request asking for the most devices (ties:
     the most capacity), using the preferred `firstAvailable` alternative."""
     best: Demand | None = None
@@ -54,20 +56,20 @@ def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> Shape:
                 key = (alt.selector_key, tuple(sorted(alt.capacity.items())), count)
                 best, best_rank = Demand(key, count, alt), rank
     kept = tuple(sorted((k, int(v)) for k, v in requests.items() if v))
-    return Shape(kept, best)
+    return PodShape(kept, best)
 
 
 class Workload:
     def __init__(self, refresh: int = 2048) -> None:
         self.refresh = refresh
         self.counts: Counter[tuple[object, ...]] = Counter()
-        self.shapes: dict[tuple[object, ...], Shape] = {}
+        self.shapes: dict[tuple[object, ...], PodShape] = {}
         self.seen = 0
         self.version = 0
         self._next = 1
-        self._distribution: list[tuple[Shape, float]] = []
+        self._distribution: list[tuple[PodShape, float]] = []
 
-    def observe(self, shape: Shape) -> None:
+    def observe(self, shape: PodShape) -> None:
         key = shape.key
         self.shapes.setdefault(key, shape)
         self.counts[key] += 1
@@ -79,5 +81,5 @@ class Workload:
             self._distribution = [(self.shapes[k], n / total) for k, n in common]
             self.version += 1
 
-    def distribution(self) -> list[tuple[Shape, float]]:
+    def distribution(self) -> list[tuple[PodShape, float]]:
         return self._distribution

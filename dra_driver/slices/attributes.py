@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from api.device_type import DeviceType
 from dra_driver.inventory.model import GpuInfo, MigProfile
 from dra_driver.slices.quantity import format_quantity
 
@@ -83,7 +84,7 @@ def parent_attributes(gpu: GpuInfo) -> Attributes:
 
 def whole_gpu_attributes(gpu: GpuInfo) -> Attributes:
     return {
-        "type": string("gpu"),
+        "type": string(DeviceType.GPU.value),
         "uuid": string(gpu.uuid),
         "migCapable": boolean(gpu.mig_capable),
         "nvlinkDomain": string(gpu.nvlink_domain),
@@ -99,7 +100,7 @@ def mig_attributes(
     gpu: GpuInfo, profile: MigProfile, start: int, size: int, uuid: str | None
 ) -> Attributes:
     attrs: Attributes = {
-        "type": string("mig"),
+        "type": string(DeviceType.MIG.value),
         "profile": string(profile.name),
         "parentUUID": string(gpu.uuid),
         "placementStart": integer(start),
@@ -125,7 +126,7 @@ def mig_capacity(profile: MigProfile) -> Capacities:
 
 def timeslice_attributes(gpu: GpuInfo, index: int) -> Attributes:
     return {
-        "type": string("timeslice"),
+        "type": string(DeviceType.TIMESLICE.value),
         "parentUUID": string(gpu.uuid),
         "shareIndex": integer(index),
         **parent_attributes(gpu),
@@ -133,4 +134,8 @@ def timeslice_attributes(gpu: GpuInfo, index: int) -> Attributes:
 
 
 def fractional_attributes(gpu: GpuInfo) -> Attributes:
-    return {"type": string("shared"), "parentUUID": string(gpu.uuid), **parent_attributes(gpu)}
+    return {
+        "type": string(DeviceType.SHARED.value),
+        "parentUUID": string(gpu.uuid),
+        **parent_attributes(gpu),
+    }

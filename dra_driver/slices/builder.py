@@ -13,11 +13,11 @@ instances alone.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.inventory.model import GpuInfo, Inventory, MigDevice, MigPlacement, MigProfile
 from dra_driver.slices import attributes, names
@@ -31,13 +31,6 @@ MAX_COUNTER_SETS = 8
 
 MIB = 1 << 20
 GIB = 1 << 30
-
-
-class Shape(enum.Enum):
-    GPU = "gpu"
-    MIG = "mig"
-    TIMESLICE = "timeslice"
-    SHARED = "shared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +50,8 @@ class FractionalPolicy:
 @dataclass(frozen=True)
 class SliceSettings:
     driver_name: str = DEFAULT_DRIVER_NAME
-    shapes: frozenset[Shape] = frozenset(Shape)
-    # How many time-slice share devices each GPU offers (with Shape.TIMESLICE).
+    shapes: frozenset[DeviceType] = frozenset(DeviceType)
+    # How many time-slice share devices each GPU offers (with DeviceType.TIMESLICE).
     timeslice_shares: int = 4
     # False for API servers without partitionable devices: no counters, no shares, no on-demand MIG.
     partitionable: bool = True
@@ -93,7 +86,7 @@ class SliceSettings:
     @property
     def counter_value(self) -> int:
         """R: the value of each memory-slice counter."""
-        if Shape.TIMESLICE in self.shapes:
+        if DeviceType.TIMESLICE in self.shapes:
             return max(1, self.timeslice_shares)
         return 1
 
@@ -190,7 +183,7 @@ def _gpu_devices(
         consumes = (counters.name, consumption) if consumption is not None else None
         ordered.append((order, _device(name, attrs, capacity, consumes, multi=multi)))
 
-    if Shape.TIMESLICE in settings.shapes:
+    if DeviceType.TIMESLICE in settings.shapes:
         for k in range(settings.timeslice_shares):
             add(
                 (0, k),
@@ -200,7 +193,7 @@ def _gpu_devices(
                 counters.timeslice(),
             )
     # A GPU smaller than one memory step cannot offer a valid memory request policy.
-    if Shape.SHARED in settings.shapes and gpu.memory_bytes >= settings.fractional.memory_step:
+    if DeviceType.SHARED in settings.shapes and gpu.memory_bytes >= settings.fractional.memory_step:
         add(
             (1,),
             names.fractional_share(gpu.minor),
@@ -209,7 +202,7 @@ def _gpu_devices(
             counters.fractional(),
             multi=True,
         )
-    if Shape.MIG in settings.shapes and gpu.mig_enabled:
+    if DeviceType.MIG in settings.shapes and gpu.mig_enabled:
         for profile in gpu.mig_profiles:
             for placement in profile.placements:
                 add(
@@ -223,7 +216,7 @@ def _gpu_devices(
         built = _static_device(gpu, mig)
         if built is not None:
             ordered.append(((2, *_mig_order(gpu, profiles[mig.profile], mig.placement)), built))
-    if Shape.GPU in settings.shapes:
+    if DeviceType.GPU in settings.shapes:
         add(
             (3,),
             names.whole_gpu(gpu.minor),
@@ -270,7 +263,7 @@ def _fallback_devices(
     if static:
         built = [_static_device(gpu, d) for d in static]
         return [d for d in built if d is not None]
-    if Shape.GPU not in settings.shapes:
+    if DeviceType.GPU not in settings.shapes:
         return []
     return [
         _device(

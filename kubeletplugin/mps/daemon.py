@@ -21,6 +21,8 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.processes import process_alive
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_MPS_CONTROL = Path("/usr/bin/nvidia-cuda-mps-control")
@@ -156,7 +158,7 @@ class MpsControl:
 
 def _is_mps_daemon(pid: int) -> bool:
     """Alive, and an MPS process as far as its command line tells."""
-    if not process_alive(pid):
+    if not process_alive(pid, reap=True):
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -167,28 +169,8 @@ def _is_mps_daemon(pid: int) -> bool:
 
 async def _gone(pid: int, timeout_s: float) -> bool:
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while process_alive(pid):
+    while process_alive(pid, reap=True):
         if asyncio.get_running_loop().time() > deadline:
             return False
         await asyncio.sleep(POLL_S)  # polling another process, with a deadline
     return True
-
-
-def process_alive(pid: int) -> bool:
-    """Alive and not a zombie. A daemon whose parent is the plugin (the plugin is PID 1 of its
-    container, so detached daemons are re-parented to it) is reaped here once it has exited."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

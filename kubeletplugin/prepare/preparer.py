@@ -12,39 +12,37 @@ run concurrently; a lock per physical GPU serialises the MIG and time-slice chan
 same GPU, and a lock per claim UID makes a repeated call wait for the first one and then return
 its answer.
 
-A device whose clients use MPS (a fractional share, an MPS config) needs the MPS control daemon
-of its GPU: the first such claim on a GPU starts it, the last one to leave stops it, and who
-needs a daemon is always derived from the claims, like the time-slice setting, so recovery and
-the periodic check can put the node right from the checkpoint alone.
+This module is the flow; the mechanisms it drives live beside it: the checkpoint's saves in
+`journal.py`, the locks in `locks.py`, MIG devices in `mig_ops.py` and MPS control daemons in
+`mps_lifecycle.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
 
 from api import AllocatedDevice, ConfigError, resolve_device_configs
+from api.device_type import DeviceType
 from api.v1alpha1 import DeviceConfig
 from dra_driver.backends.base import GpuBackend, TimeSliceInterval
-from dra_driver.backends.errors import BackendError, InUseError, NotFoundError
-from dra_driver.cdi import CdiSpecDir, Mount
+from dra_driver.backends.errors import BackendError, InUseError
+from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import (
     Checkpoint,
     CheckpointStore,
     ClaimRecord,
     ClaimState,
     DeviceRecord,
-    MigInstanceRecord,
 )
 from dra_driver.inventory.model import Inventory
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
-from kubeletplugin.mps.manager import CONTAINER_PIPE_DIR, MpsManager
+from kubeletplugin.mps.manager import MpsManager
 from kubeletplugin.prepare import faults
 from kubeletplugin.prepare.claim_cache import ClaimCache
 from kubeletplugin.prepare.claims import (
@@ -56,6 +54,10 @@ from kubeletplugin.prepare.claims import (
     read_allocation,
 )
 from kubeletplugin.prepare.container_edits import DeviceNodes, HandedOut, cdi_id, claim_spec
+from kubeletplugin.prepare.journal import CheckpointJournal
+from kubeletplugin.prepare.locks import ClaimLocks, GpuLocks
+from kubeletplugin.prepare.mig_ops import MigOperations, dynamic_instances
+from kubeletplugin.prepare.mps_lifecycle import MpsLifecycle
 from kubeletplugin.prepare.sharing import (
     MpsLimits,
     ShareError,
@@ -74,21 +76,15 @@ from kubeletplugin.prepare.targets import (
     TimeSliceShare,
     UnknownDeviceError,
     resolve_target,
-    shape_of,
+    type_word,
 )
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-# Shapes that many claims may hold at once; every other device belongs to one claim.
-SHARED_SHAPES = frozenset({"shared"})
-
-
-@dataclass(slots=True)
-class _ClaimLock:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
+# Device types that many claims may hold at once; every other device belongs to one claim.
+SHARED_TYPES = frozenset({DeviceType.SHARED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +119,8 @@ class Preparer:
     ) -> None:
         """Without `mps`, MPS limits only travel in the environment and no daemon is run."""
         self._backend = backend
-        self._mps = mps
-        self._mps_health_seen = 0
         self._claims = claims
         self._claim_cache = claim_cache
-        self._store = store
         self._cdi = cdi
         self.cdi_in_memory = cdi.in_memory
         self._nodes = device_nodes
@@ -135,76 +128,34 @@ class Preparer:
         self.node_name = node_name
         self.cdi_kind = f"{driver_name}/gpu"
         self._crash = crash or faults.CrashPoints()
-        self._on_prepared = on_prepared_devices
-        self._checkpoint = Checkpoint(boot_id=boot_id, claims={})
+        self._journal = CheckpointJournal(
+            store, Checkpoint(boot_id=boot_id, claims={}), on_prepared_devices=on_prepared_devices
+        )
         self._inventory: Inventory | None = None
-        self._gpu_locks: dict[int, asyncio.Lock] = {}
-        self._claim_locks: dict[str, _ClaimLock] = {}
-        self._save_lock = asyncio.Lock()
-        # Every change of the checkpoint is numbered; `_saved` is the last number on disk.
-        self._changes = 0
-        self._saved = 0
-        # Claims dropped from the checkpoint in memory only, with the change that dropped them.
-        self._unsaved_removals: dict[str, int] = {}
+        self._gpu_locks = GpuLocks()
+        self._claim_locks = ClaimLocks()
+        self._mig = MigOperations(backend, self._journal, self._crash, self._current_inventory)
+        self.mps = MpsLifecycle(mps, self._journal, self._gpu_locks, self._crash)
 
     # ---- state ---------------------------------------------------------------------------
 
     @property
     def checkpoint(self) -> Checkpoint:
-        return self._checkpoint
+        return self._journal.checkpoint
 
     def adopt(self, checkpoint: Checkpoint) -> None:
         """Start from a loaded checkpoint (recovery decides what to do with its claims)."""
-        self._checkpoint = checkpoint
-        self._report_prepared()
+        self._journal.adopt(checkpoint)
 
     def dynamic_instances(self) -> frozenset[tuple[int, int]]:
         """(minor, GI id) of every MIG instance a claim created: the publisher must not offer
         them again as pre-created devices."""
-        return frozenset(
-            (instance.minor, instance.gi_id)
-            for record in self._checkpoint.claims.values()
-            for instance in record.mig_instances
-        )
-
-    async def _commit(self, checkpoint: Checkpoint) -> None:
-        """Make `checkpoint` current and durable before returning.
-
-        Saves are serialised and each writes the newest state, so a save that starts after a
-        change always includes it, whatever order concurrent claims finish in; claims that
-        change the checkpoint while a save runs share the next one.
-        """
-        self._checkpoint = checkpoint
-        self._changes += 1
-        wanted = self._changes
-        async with self._save_lock:
-            # Group commit: a save that began after this change may already have covered it.
-            if self._saved < wanted:
-                covered = self._changes
-                await asyncio.to_thread(self._store.save, self._checkpoint)
-                self._saved = covered
-                if self._unsaved_removals:
-                    self._unsaved_removals = {
-                        uid: change
-                        for uid, change in self._unsaved_removals.items()
-                        if change > covered
-                    }
-        self._report_prepared()
-
-    def _forget(self, uid: str) -> None:
-        """Drop a claim that changed no GPU, in memory only: its CDI spec is already gone, and
-        recovery drops such a record when it finds no spec, so the next save, whoever makes it,
-        is soon enough to write the removal."""
-        self._checkpoint = self._checkpoint.without_claim(uid)
-        self._changes += 1
-        self._unsaved_removals[uid] = self._changes
-        self._report_prepared()
+        return dynamic_instances(self._journal.checkpoint)
 
     async def flush(self) -> None:
         """Write changes kept in memory only: at shut-down, after recovery, and before a
         repeated call answers from memory (its earlier save may have failed)."""
-        if self._saved < self._changes:
-            await self._commit(self._checkpoint)
+        await self._journal.flush()
 
     async def _on_cdi_dir(self, operation: Callable[..., T], *args: object) -> T:
         """Run a spec-file operation: on the event loop when the directory is in memory (a few
@@ -213,39 +164,11 @@ class Preparer:
             return operation(*args)
         return await asyncio.to_thread(operation, *args)
 
-    def _report_prepared(self) -> None:
-        if self._on_prepared is not None:
-            self._on_prepared(
-                sum(
-                    len(r.devices)
-                    for r in self._checkpoint.claims.values()
-                    if r.state is ClaimState.PREPARE_COMPLETED
-                )
-            )
-
-    # ---- locks ---------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _locked_gpus(self, minors: Iterable[int]) -> AsyncIterator[None]:
-        # Always in ascending order, so two claims spanning the same GPUs cannot deadlock.
-        async with contextlib.AsyncExitStack() as stack:
-            for minor in sorted(set(minors)):
-                await stack.enter_async_context(self._gpu_locks.setdefault(minor, asyncio.Lock()))
-            yield
-
-    @contextlib.asynccontextmanager
-    async def _claim_lock(self, uid: str) -> AsyncIterator[None]:
-        """One operation per claim at a time; the lock lives only while someone holds or waits
-        for it, so a node that sees many claims over months does not keep one per claim."""
-        entry = self._claim_locks.setdefault(uid, _ClaimLock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                del self._claim_locks[uid]
+    async def _current_inventory(self) -> Inventory:
+        """The node's devices as last read (read once, on first need)."""
+        if self._inventory is None:
+            self._inventory = await asyncio.to_thread(self._backend.inventory)
+        return self._inventory
 
     # ---- prepare -------------------------------------------------------------------------
 
@@ -258,7 +181,7 @@ class Preparer:
     async def _prepare_guarded(self, ref: ClaimRef) -> PrepareOutcome:
         label = claim_label(ref.namespace, ref.name)
         try:
-            async with self._claim_lock(ref.uid):
+            async with self._claim_locks.held(ref.uid):
                 return await self._prepare_one(ref)
         except (ClaimError, UnknownDeviceError, ShareError) as err:
             message = str(err) if str(err).startswith(label) else f"{label}: {err}"
@@ -271,7 +194,7 @@ class Preparer:
         return PrepareOutcome(error=message)
 
     async def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
-        existing = self._checkpoint.claims.get(ref.uid)
+        existing = self._journal.checkpoint.claims.get(ref.uid)
         if existing is not None and existing.state is ClaimState.PREPARE_COMPLETED:
             # Success is answered only once the disk agrees: when the save that completed the
             # claim failed, memory is ahead of the file, which a restart would roll back.
@@ -287,7 +210,7 @@ class Preparer:
             await self._undo(existing)
         planned = await self._plan(ref, allocation)
         minors = [p.target.gpu.minor for p in planned]
-        async with self._locked_gpus(minors):
+        async with self._gpu_locks.held(minors):
             self._check_exclusive(ref, planned)
             record = ClaimRecord(
                 uid=ref.uid,
@@ -296,10 +219,10 @@ class Preparer:
                 state=ClaimState.PREPARE_STARTED,
                 devices=tuple(p.record for p in planned),
             )
-            if changes_gpus(record) or ref.uid in self._unsaved_removals:
+            if changes_gpus(record) or self._journal.removal_unsaved(ref.uid):
                 # Also when the file may still hold this claim from before its last unprepare:
                 # a crash after the new spec must not leave that old record in charge of it.
-                await self._commit(self._checkpoint.with_claim(record))
+                await self._journal.commit(self._journal.checkpoint.with_claim(record))
                 self._crash.reached(faults.PREPARE_STARTED)
             else:
                 # The CDI spec is the only side effect besides an MPS daemon, and start-up
@@ -307,18 +230,18 @@ class Preparer:
                 # (daemons are found through their pid files): the record need not be durable
                 # before them, so it is only kept in memory (where a failed attempt's rollback
                 # finds it); the PrepareCompleted save below is the first one.
-                self._checkpoint = self._checkpoint.with_claim(record)
+                self._journal.keep(self._journal.checkpoint.with_claim(record))
             try:
                 record = await self._apply(record, planned)
             except BaseException:
                 try:
-                    await self._undo_locked(self._checkpoint.claims.get(ref.uid, record))
+                    await self._undo_locked(self._journal.checkpoint.claims.get(ref.uid, record))
                 except Exception:
                     # Left as PrepareStarted: the next attempt or the next start rolls it back.
                     log.exception("rolling back a failed prepare failed", uid=ref.uid)
                 raise
             record = replace(record, state=ClaimState.PREPARE_COMPLETED)
-            await self._commit(self._checkpoint.with_claim(record))
+            await self._journal.commit(self._journal.checkpoint.with_claim(record))
             self._crash.reached(faults.PREPARE_COMPLETED)
         # Debug, not info: one line per call costs a few per cent of a cycle, kubelet logs its
         # calls itself, the metrics count them, and the CDI spec says what was handed out.
@@ -357,7 +280,7 @@ class Preparer:
                 cdi_name = f"{cdi_name}-{taken[cdi_name]}"
             limits, sharing, interval, mps = self._sharing(result, target, config, label)
             mps_uuid = None
-            if mps and self._mps is not None and not isinstance(target, OnDemandMig):
+            if mps and self.mps.runs_daemons and not isinstance(target, OnDemandMig):
                 # An on-demand MIG device has its UUID only once it exists (see _apply).
                 mps_uuid = target.uuid if isinstance(target, StaticMig) else target.gpu.uuid
             record = DeviceRecord(
@@ -366,7 +289,8 @@ class Preparer:
                 device_name=result.device,
                 cdi_device_ids=(cdi_id(self.cdi_kind, cdi_name),),
                 share_id=result.share_id,
-                shape=shape_of(target),
+                device_type=target.device_type,
+                pre_created=isinstance(target, StaticMig),
                 minor=target.gpu.minor,
                 timeslice_interval=interval,
                 mps_thread_percentage=limits.thread_percentage,
@@ -402,14 +326,14 @@ class Preparer:
 
     def _check_exclusive(self, ref: ClaimRef, planned: Sequence[_Planned]) -> None:
         holders: dict[str, ClaimRecord] = {}
-        for uid, record in self._checkpoint.claims.items():
+        for uid, record in self._journal.checkpoint.claims.items():
             if uid == ref.uid:
                 continue
             for device in record.devices:
-                if device.shape not in SHARED_SHAPES:
+                if device.device_type not in SHARED_TYPES:
                     holders[device.device_name] = record
         for item in planned:
-            if item.result.admin_access or item.record.shape in SHARED_SHAPES:
+            if item.result.admin_access or item.record.device_type in SHARED_TYPES:
                 continue
             holder = holders.get(item.result.device)
             if holder is not None:
@@ -421,10 +345,11 @@ class Preparer:
                 )
 
     async def _resolve(self, device: str, label: str, where: str) -> Target:
-        if self._inventory is None:
-            self._inventory = await asyncio.to_thread(self._backend.inventory)
+        inventory = self._inventory
+        if inventory is None:
+            inventory = await self._current_inventory()
         try:
-            return resolve_target(self._inventory, device)
+            return resolve_target(inventory, device)
         except UnknownDeviceError:
             # Pre-created MIG devices come and go: look again before refusing.
             self._inventory = await asyncio.to_thread(self._backend.inventory)
@@ -439,7 +364,7 @@ class Preparer:
         for position, item in enumerate(planned):
             target = item.target
             if isinstance(target, OnDemandMig) and not item.result.admin_access:
-                record, instance = await self._create_mig(record, target)
+                record, instance = await self._mig.create(record, target)
                 assert instance.uuid is not None and instance.ci_id is not None
                 uuids[position] = instance.uuid
                 mig_ids[position] = (instance.gi_id, instance.ci_id)
@@ -449,198 +374,33 @@ class Preparer:
             else:
                 uuids[position] = target.gpu.uuid
         await self._apply_timeslices({r.minor for r in record.devices if r.timeslice_interval})
-        record = await self._start_mps(record, planned, uuids)
+        record = await self.mps.start(record, [item.mps for item in planned], uuids)
         items = [
             HandedOut(
                 cdi_name=item.record.cdi_device_ids[0].split("=", 1)[1],
                 device_name=item.result.device,
-                device_type=item.record.shape,
+                device_type=type_word(item.target),
                 uuid=uuids[position],
                 parent_minor=item.target.gpu.minor,
                 mig_ids=mig_ids.get(position),
                 sharing=item.sharing,
-                extra_env=self._mps_environment(record.devices[position], item.limits),
-                mounts=self._mps_mounts(record.devices[position]),
+                extra_env=self.mps.environment(record.devices[position], item.limits),
+                mounts=self.mps.mounts(record.devices[position]),
             )
             for position, item in enumerate(planned)
         ]
         spec = claim_spec(self.cdi_kind, items, self._nodes)
         path = await self._on_cdi_dir(self._cdi.write_claim_spec, record.uid, spec)
         record = replace(record, cdi_spec=str(path))
-        self._checkpoint = self._checkpoint.with_claim(record)
+        self._journal.keep(self._journal.checkpoint.with_claim(record))
         self._crash.reached(faults.PREPARE_CDI_WRITTEN)
         return record
 
-    # ---- MPS -------------------------------------------------------------------------------
-
-    async def _start_mps(
-        self, record: ClaimRecord, planned: Sequence[_Planned], uuids: Mapping[int, str]
-    ) -> ClaimRecord:
-        """Make sure the MPS control daemon of every device whose clients use MPS runs: the
-        first share of a GPU starts it, the others find it running."""
-        if self._mps is None or not any(item.mps for item in planned):
-            return record
-        devices = list(record.devices)
-        for position, item in enumerate(planned):
-            if item.mps and devices[position].mps_uuid is None:
-                devices[position] = replace(devices[position], mps_uuid=uuids[position])
-        record = replace(record, devices=tuple(devices))
-        # In the checkpoint before the daemon starts, so a failure's rollback stops it again.
-        self._checkpoint = self._checkpoint.with_claim(record)
-        wanted = {d.mps_uuid: d.minor for d in devices if d.mps_uuid and d.minor is not None}
-        for uuid, minor in sorted(wanted.items()):
-            await self._ensure_mps(uuid, minor)
-        return record
-
-    async def _ensure_mps(self, uuid: str, minor: int) -> None:
-        assert self._mps is not None
-        daemon, started = await self._mps.ensure(uuid, minor)
-        if self._checkpoint.mps_daemons.get(uuid) != daemon:
-            self._checkpoint = self._checkpoint.with_mps_daemon(daemon)
-        self._mps.report_running(len(self._checkpoint.mps_daemons))
-        if started:
-            self._crash.reached(faults.PREPARE_MPS_STARTED)
-
-    def _mps_environment(self, device: DeviceRecord, limits: MpsLimits) -> tuple[str, ...]:
-        if device.mps_uuid is None:
-            return limits.environment()
-        return (f"CUDA_MPS_PIPE_DIRECTORY={CONTAINER_PIPE_DIR}", *limits.environment())
-
-    def _mps_mounts(self, device: DeviceRecord) -> tuple[Mount, ...]:
-        if device.mps_uuid is None or self._mps is None:
-            return ()
-        return (
-            Mount(
-                host_path=str(self._mps.host_pipe_dir(device.mps_uuid)),
-                container_path=CONTAINER_PIPE_DIR,
-                options=("rw", "nosuid", "nodev", "bind"),
-            ),
-        )
-
-    def mps_users(self, *, exclude: str | None = None) -> dict[str, int]:
-        """UUID -> GPU minor of every MPS daemon that a recorded claim needs."""
-        return {
-            device.mps_uuid: device.minor
-            for uid, record in self._checkpoint.claims.items()
-            if uid != exclude
-            for device in record.devices
-            if device.mps_uuid is not None and device.minor is not None
-        }
-
-    async def _release_mps(self, record: ClaimRecord) -> None:
-        """Stop the daemons only this claim still needs (the last share of a GPU leaving)."""
-        mine = {d.mps_uuid: d.minor for d in record.devices if d.mps_uuid and d.minor is not None}
-        if self._mps is None or not mine:
-            return  # most claims use no daemon: no walk over every record for them
-        others = self.mps_users(exclude=record.uid)
-        for uuid, minor in sorted(mine.items()):
-            if uuid in others:
-                continue
-            recorded = self._checkpoint.mps_daemons.get(uuid)
-            await self._mps.stop(uuid, minor, recorded.pid if recorded else None)
-            self._checkpoint = self._checkpoint.without_mps_daemon(uuid)
-            self._mps.report_running(len(self._checkpoint.mps_daemons))
-            self._crash.reached(faults.UNPREPARE_MPS_STOPPED)
-
-    async def stop_unclaimed_mps(self, *, referenced_only: bool) -> None:
-        """Stop every daemon of ours (recorded, or found through its pid file) that no claim
-        needs. With `referenced_only`, "needs" means any record naming it at all, prepared or
-        not: recovery runs this before rolling claims back, so a MIG device is never destroyed
-        under a daemon that nothing would stop."""
-        if self._mps is None:
-            return
-        if referenced_only:
-            needed = {
-                device.mps_uuid
-                for record in self._checkpoint.claims.values()
-                for device in record.devices
-                if device.mps_uuid is not None
-            }
-        else:
-            needed = set(self.mps_users())
-        found = await asyncio.to_thread(self._mps.running)
-        for uuid in sorted((set(found) | set(self._checkpoint.mps_daemons)) - needed):
-            recorded = self._checkpoint.mps_daemons.get(uuid)
-            minor = recorded.minor if recorded else -1
-            pid = found.get(uuid) or (recorded.pid if recorded else None)
-            await self._mps.stop(uuid, minor, pid)
-            self._checkpoint = self._checkpoint.without_mps_daemon(uuid)
-        self._mps.forget_unneeded(needed)
-        self._mps.report_running(len(self._checkpoint.mps_daemons))
-
-    async def ensure_mps(self) -> None:
-        """Every daemon a claim needs runs: adopted when it survived, started when not."""
-        if self._mps is None:
-            return
-        for uuid, minor in sorted(self.mps_users().items()):
-            async with self._locked_gpus([minor]):
-                await self._ensure_mps(uuid, minor)
-
-    async def check_mps(self) -> bool:
-        """Start again every needed daemon that died; True when some GPU's MPS health
-        changed."""
-        if self._mps is None:
-            return False
-        for uuid, minor in sorted(self.mps_users().items()):
-            async with self._locked_gpus([minor]):
-                if uuid not in self.mps_users():
-                    continue  # its last claim left while we waited for the lock
-                recorded = self._checkpoint.mps_daemons.get(uuid)
-                if recorded is None:
-                    await self._ensure_mps(uuid, minor)
-                    continue
-                current = await self._mps.revive(recorded)
-                if current != recorded:
-                    await self._commit(self._checkpoint.with_mps_daemon(current))
-        # Also changes made by unprepare (a failing daemon no claim needs any more).
-        changed = self._mps.health_version != self._mps_health_seen
-        self._mps_health_seen = self._mps.health_version
-        return changed
-
-    async def _create_mig(
-        self, record: ClaimRecord, target: OnDemandMig
-    ) -> tuple[ClaimRecord, MigInstanceRecord]:
-        """Like `backends.mig.create_mig_device`, but the GPU instance is saved in the checkpoint
-        before its compute instance is made, so a crash in between leaves a recorded leftover;
-        a failed compute instance is cleaned up by the caller's rollback of the whole claim."""
-        minor = target.gpu.minor
-        gi_id = await asyncio.to_thread(
-            self._backend.create_gpu_instance, minor, target.profile.name, target.placement
-        )
-        self._crash.reached(faults.PREPARE_GPU_INSTANCE_UNRECORDED)
-        instance = MigInstanceRecord(
-            minor=minor,
-            profile=target.profile.name,
-            gi_id=gi_id,
-            ci_id=None,
-            uuid=None,
-            placement_start=target.placement.start,
-            placement_size=target.placement.size,
-        )
-        record = replace(record, mig_instances=(*record.mig_instances, instance))
-        await self._commit(self._checkpoint.with_claim(record))
-        self._crash.reached(faults.PREPARE_GPU_INSTANCE)
-        ci_id = await asyncio.to_thread(self._backend.create_compute_instance, minor, gi_id)
-        self._crash.reached(faults.PREPARE_MIG_DEVICE)
-        live = await asyncio.to_thread(self._backend.mig_devices, minor)
-        uuid = next((d.uuid for d in live if d.gi_id == gi_id and d.ci_id == ci_id), None)
-        if uuid is None:
-            raise NotFoundError(
-                f"{minor} ({target.gpu.uuid})",
-                f"create MIG device {target.profile.name} at {target.placement.start}",
-                f"GPU instance {gi_id} / compute instance {ci_id} vanished right after creation",
-            )
-        done = replace(instance, ci_id=ci_id, uuid=uuid)
-        record = replace(
-            record, mig_instances=tuple(done if i is instance else i for i in record.mig_instances)
-        )
-        await self._commit(self._checkpoint.with_claim(record))
-        self._crash.reached(faults.PREPARE_MIG_RECORDED)
-        return record, done
-
     async def _apply_timeslices(self, minors: Iterable[int | None], *, without: str = "") -> None:
         for minor in sorted(m for m in set(minors) if m is not None):
-            interval = strictest(timeslice_users(self._checkpoint.claims, minor, exclude=without))
+            interval = strictest(
+                timeslice_users(self._journal.checkpoint.claims, minor, exclude=without)
+            )
             await asyncio.to_thread(self._backend.set_timeslice, minor, interval)
 
     # ---- unprepare and rollback ------------------------------------------------------------
@@ -654,8 +414,8 @@ class Preparer:
     async def _unprepare_guarded(self, ref: ClaimRef) -> str:
         label = claim_label(ref.namespace, ref.name)
         try:
-            async with self._claim_lock(ref.uid):
-                record = self._checkpoint.claims.get(ref.uid)
+            async with self._claim_locks.held(ref.uid):
+                record = self._journal.checkpoint.claims.get(ref.uid)
                 if record is None:
                     # Unknown means done once the disk agrees: an earlier unprepare whose
                     # save failed dropped the record in memory only, and a restart would take
@@ -679,13 +439,13 @@ class Preparer:
 
     async def undo(self, record: ClaimRecord) -> None:
         """Unprepare a completed claim or roll back a started one (recovery uses this)."""
-        async with self._claim_lock(record.uid):
+        async with self._claim_locks.held(record.uid):
             await self._undo(record)
 
     async def _undo(self, record: ClaimRecord) -> None:
         minors = {d.minor for d in record.devices if d.minor is not None}
         minors |= {i.minor for i in record.mig_instances}
-        async with self._locked_gpus(minors):
+        async with self._gpu_locks.held(minors):
             await self._undo_locked(record)
 
     async def _undo_locked(self, record: ClaimRecord) -> None:
@@ -697,14 +457,8 @@ class Preparer:
         """
         # First, so a MIG device is not destroyed under its daemon; a crash after this leaves a
         # claim whose daemon the next start brings back until kubelet's unprepare comes again.
-        await self._release_mps(record)
-        destroyed = False
-        for instance in record.mig_instances:
-            await self._destroy_instance(instance.minor, instance.gi_id, instance.ci_id)
-            destroyed = True
-        if record.state is ClaimState.PREPARE_STARTED:
-            destroyed |= await self._destroy_unrecorded(record)
-        if destroyed:
+        await self.mps.release(record)
+        if await self._mig.destroy_claimed(record):
             self._crash.reached(faults.UNPREPARE_MIG_DESTROYED)
         await self._apply_timeslices(
             (d.minor for d in record.devices if d.timeslice_interval), without=record.uid
@@ -712,60 +466,16 @@ class Preparer:
         await self._on_cdi_dir(self._cdi.delete_claim_spec, self.cdi_kind, record.uid)
         self._crash.reached(faults.UNPREPARE_CDI_DELETED)
         if changes_gpus(record):
-            await self._commit(self._checkpoint.without_claim(record.uid))
+            await self._journal.commit(self._journal.checkpoint.without_claim(record.uid))
         else:
-            self._forget(record.uid)
+            self._journal.forget(record.uid)
         self._crash.reached(faults.UNPREPARE_FORGOTTEN)
-
-    async def _destroy_instance(self, minor: int, gi_id: int, ci_id: int | None) -> None:
-        """Compute instance first, then the GPU instance; "not found" counts as done.
-
-        Without a recorded CI id (the crash came between creating the compute instance and
-        saving it) the GPU instance's live compute instances are looked up and destroyed.
-        """
-        if ci_id is not None:
-            ci_ids: tuple[int, ...] = (ci_id,)
-        else:
-            live = await asyncio.to_thread(self._backend.gpu_instances, minor)
-            ci_ids = next((gi.ci_ids for gi in live if gi.gi_id == gi_id), ())
-        for each in ci_ids:
-            with contextlib.suppress(NotFoundError):
-                await asyncio.to_thread(self._backend.destroy_compute_instance, minor, gi_id, each)
-            self._crash.reached(faults.UNPREPARE_COMPUTE_INSTANCE)
-        with contextlib.suppress(NotFoundError):
-            await asyncio.to_thread(self._backend.destroy_gpu_instance, minor, gi_id)
-
-    async def _destroy_unrecorded(self, record: ClaimRecord) -> bool:
-        recorded = {(i.minor, i.gi_id) for i in record.mig_instances}
-        owned = self.dynamic_instances() - recorded
-        destroyed = False
-        for device in record.devices:
-            if device.shape != "mig" or device.minor is None:
-                continue
-            if self._inventory is None:
-                self._inventory = await asyncio.to_thread(self._backend.inventory)
-            inventory = self._inventory
-            target = resolve_target(inventory, device.device_name)
-            if not isinstance(target, OnDemandMig):
-                continue
-            live = await asyncio.to_thread(self._backend.gpu_instances, device.minor)
-            for instance in live:
-                key = (instance.parent_minor, instance.gi_id)
-                if (
-                    instance.profile == target.profile.name
-                    and instance.placement == target.placement
-                    and key not in recorded
-                    and key not in owned
-                ):
-                    await self._destroy_instance(device.minor, instance.gi_id, None)
-                    destroyed = True
-        return destroyed
 
     def cdi_specs(self) -> dict[str, Path]:
         return self._cdi.claim_specs(self.cdi_kind)
 
     async def reapply_timeslices(self, minors: Iterable[int]) -> None:
-        async with self._locked_gpus(minors):
+        async with self._gpu_locks.held(minors):
             await self._apply_timeslices(minors)
 
 
@@ -775,7 +485,7 @@ def changes_gpus(record: ClaimRecord) -> bool:
     is made and removed only once it is undone. Any other claim has its CDI spec as its only
     side effect, which recovery reconciles from the spec directory itself."""
     return bool(record.mig_instances) or any(
-        device.shape == "mig" or device.timeslice_interval is not None for device in record.devices
+        device.on_demand_mig or device.timeslice_interval is not None for device in record.devices
     )
 
 

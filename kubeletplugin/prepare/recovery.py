@@ -51,47 +51,37 @@ async def recover(
     loaded = await asyncio.to_thread(store.load, boot_id)
     if loaded.problem:
         report.problems.append(loaded.problem)
-        log.warning("checkpoint reset", problem=loaded.problem)  # pragma: no mutate
+        log.warning("checkpoint reset", problem=loaded.problem)
         if warn is not None:
             warn(loaded.problem)
     preparer.adopt(loaded.checkpoint)
     minors = record_minors(loaded.checkpoint.claims)
     try:
-        await preparer.stop_unclaimed_mps(referenced_only=True)
+        await preparer.mps.stop_unclaimed(referenced_only=True)
     except Exception as err:
-        # pragma: no mutate start
         log.warning("cannot stop MPS control daemons that no claim needs", error=str(err))
-        # pragma: no mutate end
     spec_uids = set(await asyncio.to_thread(preparer.cdi_specs))
     for uid, record in list(loaded.checkpoint.claims.items()):
         label = f"{record.namespace}/{record.name}"
         if spec_only_record_is_stale(record, spec_uids):
             await preparer.undo(record)
             report.unprepared.append(uid)
-            # pragma: no mutate start
             log.info("dropped a claim whose CDI spec is gone", claim=label, uid=uid)
-            # pragma: no mutate end
             continue
         if record.state is ClaimState.PREPARE_STARTED:
             try:
                 await preparer.undo(record)
             except Exception as err:  # kept as started: kubelet's retry rolls it back again
-                # pragma: no mutate start
                 log.warning("cannot roll back a half-prepared claim", claim=label, error=str(err))
-                # pragma: no mutate end
                 report.kept.append(uid)
                 continue
             report.rolled_back.append(uid)
-            # pragma: no mutate start
             log.info("rolled back a claim left half-prepared", claim=label, uid=uid)
-            # pragma: no mutate end
             continue
         try:
             current = await asyncio.to_thread(claims.get, record.namespace, record.name)
         except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-            # pragma: no mutate start
             log.warning("cannot check whether a claim still exists", claim=label, error=str(err))
-            # pragma: no mutate end
             report.kept.append(uid)
             continue
         current_uid = ((current or {}).get("metadata") or {}).get("uid")
@@ -99,15 +89,11 @@ async def recover(
             try:
                 await preparer.undo(record)
             except Exception as err:  # kubelet retries its unprepare; never a crash loop
-                # pragma: no mutate start
                 log.warning("cannot unprepare a claim that is gone", claim=label, error=str(err))
-                # pragma: no mutate end
                 report.kept.append(uid)
                 continue
             report.unprepared.append(uid)
-            # pragma: no mutate start
             log.info("unprepared a claim that no longer exists", claim=label, uid=uid)
-            # pragma: no mutate end
         else:
             report.kept.append(uid)
     known = set(preparer.checkpoint.claims)
@@ -120,15 +106,13 @@ async def recover(
     try:
         await preparer.reapply_timeslices(minors)
     except Exception as err:
-        log.warning("cannot apply time-slice settings again", error=str(err))  # pragma: no mutate
+        log.warning("cannot apply time-slice settings again", error=str(err))
     try:
         # Stop what the claims unprepared above left, then adopt or start what the rest need:
         # a daemon that survived the restart keeps its clients.
-        await preparer.stop_unclaimed_mps(referenced_only=False)
-        await preparer.ensure_mps()
+        await preparer.mps.stop_unclaimed(referenced_only=False)
+        await preparer.mps.ensure()
     except Exception as err:  # the periodic check tries again; serving kubelet must not wait
-        # pragma: no mutate start
         log.warning("cannot bring MPS control daemons in line with the claims", error=str(err))
-        # pragma: no mutate end
     await preparer.flush()
     return report

@@ -64,7 +64,7 @@ def requested_interval(config: DeviceConfig) -> TimeSliceInterval | None:
     sharing = config.sharing
     if sharing.strategy is not SharingStrategy.TIME_SLICING or sharing.time_slicing_config is None:
         return None
-    return TimeSliceInterval.from_config(sharing.time_slicing_config.interval.value)
+    return sharing.time_slicing_config.interval
 
 
 def strictest(intervals: Iterable[TimeSliceInterval]) -> TimeSliceInterval:
@@ -82,7 +82,7 @@ def timeslice_users(
             continue
         for device in record.devices:
             if device.minor == minor and device.timeslice_interval is not None:
-                found.append(TimeSliceInterval.from_config(device.timeslice_interval))
+                found.append(TimeSliceInterval(device.timeslice_interval))
     return found
 
 

@@ -76,8 +76,9 @@ _TIMESLICE = re.compile(r"gpu-(\d+)-ts-(\d+)")
 _SHARED = re.compile(r"gpu-(\d+)-shared")
 
 
-def shape_of(target: Target) -> str:
-    """The checkpoint's word for a target's kind (static MIG is told apart from on demand)."""
+def type_word(target: Target) -> str:
+    """What a container's `DRA_DEVICE_<NAME>_TYPE` says: the device type, with a pre-created MIG
+    device told apart from one made on demand."""
     if isinstance(target, StaticMig):
         return "static-mig"
     return target.device_type.value

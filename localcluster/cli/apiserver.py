@@ -16,9 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from dra_driver.cli.flag_types import port
-
-DEFAULT_WATCH_HISTORY = 1000
-"""Events kept for watches (also `ApiServer`'s and `LocalCluster`'s default)."""
+from localcluster.defaults import DEFAULT_WATCH_HISTORY
 
 
 def _events(text: str) -> int:

@@ -16,10 +16,7 @@ import sys
 from pathlib import Path
 
 from dra_driver.logging_setup import configure_logging
-from localcluster.cli.apiserver import DEFAULT_WATCH_HISTORY
-
-DEFAULT_GPUS = "H100-SXM5-80GB:8"
-"""Every node's fake GPUs unless `--gpus` says otherwise (also `LocalCluster`'s default)."""
+from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
 
 
 def _positive(text: str) -> int:

@@ -25,6 +25,10 @@ from dra_driver.driverroot.ldcache import (
 from dra_driver.driverroot.libraries import BINARIES, LIBRARIES
 
 VERSION = "580.95.05"
+OLD_VERSION = "550.54.15"
+# Where an older driver's copies are left behind (a runfile install under a package one, or the
+# reverse) on a node upgraded in place; their soname links still point at the old files.
+LEFTOVER_DIR = PurePosixPath("/usr/local/lib/nvidia")
 FIRMWARE = ("gsp_ga10x.bin", "gsp_tu10x.bin")
 CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 
@@ -81,9 +85,15 @@ def build(
     hook: str | None = "nvidia-cdi-hook",
     omit: Collection[str] = (),
     gpus: int = 2,
+    leftover: str | None = None,
+    leftover_first: bool = True,
 ) -> FakeDriverRoot:
     """Make `base/root` (the driver root) and `base/dev` (the dev root); `layout` is "ubuntu"
-    (multiarch directories) or "rhel" (lib64); `hook` names the hook program to install."""
+    (multiarch directories) or "rhel" (lib64); `hook` names the hook program to install.
+
+    `leftover` is an older driver version whose copy of every library stays in `LEFTOVER_DIR`,
+    each behind a soname link of its own that points at the old file, and listed in the linker
+    cache before the current driver's (`leftover_first`) or after it."""
     root, dev = base / "root", base / "dev"
     triplet, abi = _machine()
     if layout == "ubuntu":
@@ -102,13 +112,26 @@ def build(
     fake = FakeDriverRoot(root, dev, version, lib_dir, tuple(n for n in LIBRARIES if n not in omit))
     entries = [CacheEntry("libc.so.6", str(cache_dir / "libc.so.6"), FLAG_ELF_LIBC6 | abi)]
     (libs / "libc.so.6").write_bytes(b"\x7fELF libc")
+    old_libs = root.joinpath(*LEFTOVER_DIR.parts[1:])
+    if leftover:
+        old_libs.mkdir(parents=True)
     for name in fake.libraries:
         real = f"{name}.{version}"
         (libs / real).write_bytes(b"\x7fELF " + real.encode())
         soname = fake.soname(name)
         if soname != real:
             os.symlink(real, libs / soname)
-        entries.append(CacheEntry(soname, str(cache_dir / soname), FLAG_ELF_LIBC6 | abi))
+        current = CacheEntry(soname, str(cache_dir / soname), FLAG_ELF_LIBC6 | abi)
+        if not leftover:
+            entries.append(current)
+            continue
+        old_real = f"{name}.{leftover}"
+        (old_libs / old_real).write_bytes(b"\x7fELF " + old_real.encode())
+        old_soname = old_real if SONAMES[name] is None else soname
+        if old_soname != old_real:
+            os.symlink(old_real, old_libs / old_soname)
+        old = CacheEntry(old_soname, str(LEFTOVER_DIR / old_soname), FLAG_ELF_LIBC6 | abi)
+        entries += [old, current] if leftover_first else [current, old]
     if layout == "ubuntu" and "libcuda.so" not in omit:
         # The 32-bit copy a multilib host also has; a 64-bit container must not get it.
         i386 = root / "usr/lib/i386-linux-gnu"

@@ -8,6 +8,7 @@ from typing import Any
 
 from dra_driver.simulation.pods import ARRIVAL, DEPARTURE
 from tests.bench.traces import cluster
+from tests.support import objects
 
 NODES = [
     {"sn": f"n{i}", "cpu_milli": "8000", "memory_mib": "32768", "gpu": "2", "model": "V100"}
@@ -28,11 +29,7 @@ def base() -> list[dict[str, Any]]:
 
 
 def _template(name: str, exactly: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
-    }
+    return objects.template(name, {"name": "gpu", "exactly": exactly}, namespace="ns")
 
 
 def pod(

@@ -126,6 +126,83 @@ def violations(
     return sorted(found.values())
 
 
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Each module of `packages` -> the modules of `packages` it imports -> the first line.
+
+    A target is the module it names: `from pkg import sub` reaches `pkg.sub` when that is a
+    module, and `pkg` (its `__init__`) when `sub` is a name defined there. The parent packages
+    Python runs on the way to a module are not counted: they would make a circle of every
+    package whose `__init__` imports one of its modules.
+    """
+    files = {
+        _module_name(path, root): path
+        for package in packages
+        for path in sorted((root / package).rglob("*.py"))
+        if "gen" not in path.relative_to(root).parts
+    }
+
+    def owner(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, dict[str, int]] = {module: {} for module in files}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (
+                    _resolve(module, path.name == "__init__.py", node.level, node.module)
+                    if node.level
+                    else node.module or ""
+                )
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                found = owner(target)
+                if found is not None and found != module:
+                    graph[module].setdefault(found, node.lineno)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[str]:
+    """One line per circle (a strongly connected set of modules), naming the imports inside it."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[str] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            members = {stack.pop()}
+            while module not in members:
+                members.add(stack.pop())
+            if len(members) > 1:
+                edges = sorted(
+                    f"{source}:{line} -> {target}"
+                    for source in members
+                    for target, line in graph[source].items()
+                    if target in members
+                )
+                found.append("; ".join(edges))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(found)
+
+
 def _table_after(heading: str, text: str) -> list[list[str]]:
     start = text.index(heading)
     rows: list[list[str]] = []
@@ -189,6 +266,59 @@ def test_the_dra_driver_command_does_not_load_the_local_cluster() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_no_modules_import_each_other() -> None:
+    """A circle works only while the imports sit in the right order, or inside functions."""
+    assert import_cycles(import_graph(ROOT, PACKAGES)) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (
+            {
+                "localcluster/server.py": "from localcluster.cli.serve import DEFAULT\n",
+                "localcluster/cli/serve.py": (
+                    "DEFAULT = 1\ndef run():\n    from localcluster import server\n"
+                ),
+            },
+            [
+                "localcluster.cli.serve:3 -> localcluster.server; "
+                "localcluster.server:1 -> localcluster.cli.serve"
+            ],
+        ),
+        (
+            {
+                "dra_driver/a.py": "from . import b\n",
+                "dra_driver/b.py": "import dra_driver.c as c\n",
+                "dra_driver/c.py": "if TYPE_CHECKING:\n    from dra_driver.a import A\n",
+            },
+            [
+                "dra_driver.a:1 -> dra_driver.b; dra_driver.b:1 -> dra_driver.c; "
+                "dra_driver.c:2 -> dra_driver.a"
+            ],
+        ),
+        (
+            {
+                "dra_driver/pkg/__init__.py": "from dra_driver.pkg.part import Part\n",
+                "dra_driver/pkg/part.py": "from dra_driver.pkg import other\n",
+                "dra_driver/pkg/other.py": "import api\n",
+                "api/__init__.py": "",
+            },
+            [],
+        ),
+    ],
+)
+def test_an_import_circle_is_reported(
+    tmp_path: Path, files: dict[str, str], expected: list[str]
+) -> None:
+    for name, source in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    packages = tuple(sorted({name.split("/")[0] for name in files}))
+    assert import_cycles(import_graph(tmp_path, packages)) == expected
 
 
 @pytest.mark.parametrize(

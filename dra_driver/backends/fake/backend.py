@@ -24,7 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.backends.base import DeviceHealth, HealthEvent, TimeSliceInterval
+from dra_driver.backends.base import (
+    TIMESLICE_SETTINGS,
+    DeviceHealth,
+    HealthEvent,
+    TimeSliceInterval,
+    timeslice_from_setting,
+)
 from dra_driver.backends.errors import (
     GpuLostError,
     InsufficientResourcesError,
@@ -306,7 +312,7 @@ class FakeBackend:
         with self._store.transaction() as state:
             record = self._record(state, gpu)
             self._check_healthy(gpu, record, operation)
-            record.timeslice = interval.value
+            record.timeslice = TIMESLICE_SETTINGS[interval]
 
     def health_events(self) -> tuple[HealthEvent, ...]:
         """Each backend object sees every event once, like its own NVML event set: events are
@@ -332,7 +338,7 @@ class FakeBackend:
     def timeslice(self, minor: int) -> TimeSliceInterval:
         gpu = self._gpu(minor, "get time-slice interval")
         with self._store.transaction() as state:
-            return TimeSliceInterval(self._record(state, gpu).timeslice)
+            return timeslice_from_setting(self._record(state, gpu).timeslice)
 
     def healthy(self, minor: int) -> bool:
         gpu = self._gpu(minor, "get health")
@@ -539,4 +545,4 @@ def _consume(fault: CreateFault | None) -> tuple[CreateFault | None, str | None]
 def _forget_reboot_casualties(state: FakeState) -> None:
     for record in state.gpus.values():
         record.instances = []
-        record.timeslice = TimeSliceInterval.DEFAULT.value
+        record.timeslice = TIMESLICE_SETTINGS[TimeSliceInterval.DEFAULT]

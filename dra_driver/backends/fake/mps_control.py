@@ -57,21 +57,6 @@ def read_pid(pipe_dir: Path) -> int | None:
         return None
 
 
-def process_alive(pid: int) -> bool:
-    """Alive and not a zombie (an exited daemon whose parent has not reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: the signal answer is all there is
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 class _Daemon:
     def __init__(self, pipe_dir: Path, log_dir: Path) -> None:
         self.pipe_dir = pipe_dir
@@ -279,6 +264,10 @@ def _ask(control: Path, reply: Path, command: str) -> str | None:
 def terminate_daemons(root: Path, timeout_s: float = 10.0) -> list[int]:
     """SIGTERM every fake daemon with a pid file under `root` and wait until each is gone; for
     tests and the local cluster, which must not leave daemons behind. Returns their pids."""
+    # Imported here: run as a script, by file and without `site`, this module has only the
+    # standard library, and the daemon and the client never need this.
+    from dra_driver.processes import process_alive  # noqa: PLC0415
+
     pids = [
         pid
         for pid_file in root.rglob(PID_FILE)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from dra_driver.allocator import AllocationMode
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.slices import SliceSettings, build_resource_slices
 from localcluster.apiserver import ApiServer
+from tests.support import objects, polling
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"
@@ -47,31 +47,12 @@ def config(**overrides: Any) -> ControllerConfig:
 
 
 def device_class(kind: str) -> dict[str, Any]:
-    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": f"{kind}.dra-driver.dev"},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
+    return objects.device_class(kind, f"{kind}.dra-driver.dev", DRIVER)
 
 
-def claim(name: str, kind: str = "gpu", count: int = 1, **extra: Any) -> dict[str, Any]:
-    devices: dict[str, Any] = {
-        "requests": [
-            {
-                "name": "req",
-                "exactly": {"deviceClassName": f"{kind}.dra-driver.dev", "count": count},
-            }
-        ],
-        **extra,
-    }
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": devices},
-    }
+def claim(name: str, kind: str = "gpu", count: int = 1, **devices: Any) -> dict[str, Any]:
+    """A claim for `count` devices of the class of `kind`, as the chart names it."""
+    return objects.claim(name, objects.request("req", f"{kind}.dra-driver.dev", count), **devices)
 
 
 def pod(
@@ -82,21 +63,8 @@ def pod(
     labels: Mapping[str, str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": dict(labels or {})},
-        "spec": {
-            "containers": [{"name": "main", "image": "busybox"}],
-            "resourceClaims": [
-                {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
-            ],
-            **spec,
-        },
-    }
-    if gated:
-        body["spec"]["schedulingGates"] = [{"name": GATE}]
-    return body
+    """A pod held by the controller's gate unless `gated` is False."""
+    return objects.pod(name, claims, labels=labels or {}, gates=[GATE] if gated else [], **spec)
 
 
 class Cluster:
@@ -179,13 +147,12 @@ class Cluster:
         ]
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
-    """Wait for a condition; the controller runs on this loop, so yield to it between looks."""
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or check}")
-        await asyncio.sleep(0.02)
+async def eventually(
+    check: Callable[[], bool], timeout: float = polling.TIMEOUT_S, what: str = ""
+) -> None:
+    """The controller runs on the test's loop and a look reads the API server: each look runs in
+    a thread, so the controller goes on while the test waits for the answer."""
+    await polling.eventually(check, what, timeout=timeout, in_thread=True)
 
 
 @dataclass

@@ -101,21 +101,23 @@ def test_tolerations_are_atomic(core: client.CoreV1Api, pod: str) -> None:
 
 
 def test_scheduling_gates_merge_and_delete_by_name(core: client.CoreV1Api, pod: str) -> None:
-    after = _patch_pod(core, pod, {"spec": {"schedulingGates": [{"name": "g/three"}]}})
-    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/one", "g/two", "g/three"]
+    # Gates may only be removed (as upstream), so the merge is shown with a gate already there:
+    # a replacing list would drop g/two.
+    after = _patch_pod(core, pod, {"spec": {"schedulingGates": [{"name": "g/one"}]}})
+    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/one", "g/two"]
     after = _patch_pod(
         core, pod, {"spec": {"schedulingGates": [{"name": "g/one", "$patch": "delete"}]}}
     )
-    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/two", "g/three"]
+    assert [g["name"] for g in after["spec"]["schedulingGates"]] == ["g/two"]
 
 
 def test_patch_replace_directive_replaces_the_list(core: client.CoreV1Api, pod: str) -> None:
     after = _patch_pod(
         core,
         pod,
-        {"spec": {"schedulingGates": [{"$patch": "replace"}, {"name": "only"}]}},
+        {"spec": {"schedulingGates": [{"$patch": "replace"}, {"name": "g/two"}]}},
     )
-    assert after["spec"]["schedulingGates"] == [{"name": "only"}]
+    assert after["spec"]["schedulingGates"] == [{"name": "g/two"}]
 
 
 def test_finalizers_merge_and_delete_from_primitive_list(core: client.CoreV1Api, pod: str) -> None:
@@ -212,13 +214,19 @@ def test_claim_reserved_for_merges_by_uid_and_requests_are_atomic(
     response = resource.read_namespaced_resource_claim("smp-claim", NS, _preload_content=False)
     claim = json.loads(response.data)
     assert claim["status"]["reservedFor"] == [first, second]
-    after = resource.patch_namespaced_resource_claim(
-        "smp-claim",
-        NS,
-        {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}},
-        _content_type=STRATEGIC,
-        _preload_content=False,
-    )
+    change = {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}}
+    # A claim's spec is immutable (as upstream), so the merge is seen without validation.
+    with pytest.raises(ApiException) as caught:
+        resource.patch_namespaced_resource_claim("smp-claim", NS, change, _content_type=STRATEGIC)
+    assert caught.value.status == 422
+    with ApiServer(validators={}) as lenient:
+        api = client.ResourceV1Api(config.new_client_from_config_dict(lenient.kubeconfig()))
+        api.create_namespaced_resource_claim(
+            NS, {"metadata": {"name": "smp-claim"}, "spec": claim["spec"]}
+        )
+        after = api.patch_namespaced_resource_claim(
+            "smp-claim", NS, change, _content_type=STRATEGIC, _preload_content=False
+        )
     assert [r["name"] for r in json.loads(after.data)["spec"]["devices"]["requests"]] == ["b"]
 
 

@@ -54,7 +54,9 @@ def test_update_is_validated_too(resource: client.ResourceV1Api) -> None:
     assert resource.read_resource_slice("later-bad").spec.driver == "gpu.example.com"
 
 
-def _no_x_labels(obj: Mapping[str, Any]) -> Sequence[tuple[str, str]]:
+def _no_x_labels(
+    obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> Sequence[tuple[str, str]]:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return [("metadata.labels", "x is forbidden")] if "x" in labels else []
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,17 +72,6 @@ def read_lease(custom: client.CustomObjectsApi, name: str = LEASE) -> dict[str, 
         "coordination.k8s.io", "v1", NAMESPACE, "leases", name
     )
     return dict(found)
-
-
-async def eventually(
-    condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition"
-) -> None:
-    """Poll `condition` until it holds; fail after a generous `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.health import HealthEndpoint, HealthState, serve_health
+from tests.support.polling import eventually
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -107,7 +108,7 @@ async def test_blocked_event_loop_fails_liveness() -> None:
         await asyncio.to_thread(endpoint.shutdown)
 
 
-async def _until_status(port: int, status: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (await asyncio.to_thread(_get, port, "/healthz"))[0] != status:
-        assert time.monotonic() < deadline, f"/healthz never answered {status}"
+async def _until_status(port: int, status: int) -> None:
+    await eventually(
+        lambda: _get(port, "/healthz")[0] == status, f"/healthz to answer {status}", in_thread=True
+    )

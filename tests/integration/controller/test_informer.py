@@ -4,7 +4,7 @@ history no longer reaches back that far (410 Gone), reporting what the gap hid."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 import pytest
@@ -12,6 +12,8 @@ from kubernetes import client
 
 from controller.informer import Event, Informer
 from localcluster.apiserver import ApiServer
+from tests.support.objects import claim
+from tests.support.polling import eventually
 
 GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
 
@@ -26,15 +28,6 @@ def server() -> Iterator[ApiServer]:
 def objects(server: ApiServer) -> Iterator[client.CustomObjectsApi]:
     with client.ApiClient(client.Configuration(host=server.url)) as api:
         yield client.CustomObjectsApi(api)
-
-
-def _claim(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": []}},
-    }
 
 
 def _informer(
@@ -57,12 +50,6 @@ def _informer(
     )
 
 
-async def _until(check: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(20):
-        while not check():
-            await asyncio.sleep(0.02)
-
-
 def _names(events: list[Event], kind: str) -> list[str]:
     return [e.key[1] for e in events if e.kind == kind]
 
@@ -70,7 +57,7 @@ def _names(events: list[Event], kind: str) -> list[str]:
 async def test_watch_resumes_after_the_server_ends_it_without_listing_again(
     objects: client.CustomObjectsApi,
 ) -> None:
-    objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _claim("a"))
+    objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, claim("a"))
     events: list[Event] = []
     informer = _informer(objects, events, watch_timeout_s=1)
     informer.start()
@@ -80,9 +67,9 @@ async def test_watch_resumes_after_the_server_ends_it_without_listing_again(
         # arrive, in order, and the informer never lists again.
         for i in range(3):
             objects.create_namespaced_custom_object(
-                GROUP, VERSION, "default", PLURAL, _claim(f"b{i}")
+                GROUP, VERSION, "default", PLURAL, claim(f"b{i}")
             )
-            await _until(lambda i=i: f"b{i}" in _names(events, "ADDED"), f"claim b{i}")
+            await eventually(lambda i=i: f"b{i}" in _names(events, "ADDED"), f"claim b{i}")
             await asyncio.sleep(0.6)  # let the server's 1 s watch timeout pass between claims
         assert _names(events, "ADDED") == ["a", "b0", "b1", "b2"]
         assert informer.relists == 1
@@ -95,7 +82,7 @@ async def test_gone_history_means_a_relist_that_reports_what_was_missed(
     objects: client.CustomObjectsApi,
 ) -> None:
     for name in ("keep", "drop"):
-        objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _claim(name))
+        objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, claim(name))
     events: list[Event] = []
     informer = _informer(objects, events)
     informer.start()
@@ -108,12 +95,12 @@ async def test_gone_history_means_a_relist_that_reports_what_was_missed(
         GROUP, VERSION, "default", PLURAL, "keep", {"metadata": {"labels": {"x": "1"}}}
     )
     for i in range(6):
-        objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _claim(f"n{i}"))
+        objects.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, claim(f"n{i}"))
     events.clear()
     informer.start()
     try:
-        await _until(lambda: informer.relists == 2, "the relist after 410 Gone")
-        await _until(lambda: len(_names(events, "ADDED")) == 6, "the new claims")
+        await eventually(lambda: informer.relists == 2, "the relist after 410 Gone")
+        await eventually(lambda: len(_names(events, "ADDED")) == 6, "the new claims")
         assert _names(events, "DELETED") == ["drop"]
         assert _names(events, "MODIFIED") == ["keep"]
         modified = next(e for e in events if e.kind == "MODIFIED")

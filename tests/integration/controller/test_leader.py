@@ -25,10 +25,10 @@ from tests.integration.controller.conftest import (
     Candidate,
     LeaderWatch,
     candidates,
-    eventually,
     read_lease,
     settings,
 )
+from tests.support.polling import eventually
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 

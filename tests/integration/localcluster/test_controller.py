@@ -4,10 +4,7 @@ what it allocated once the pods are gone."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -16,59 +13,29 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from localcluster.cluster import LocalCluster
 from localcluster.roles.node_agent import PREPARED_ANNOTATION
+from tests.support import objects
+from tests.support.polling import eventually
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"
 
 
 def _template(name: str, kind: str, count: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "req",
-                            "exactly": {
-                                "deviceClassName": f"{kind}.dra-driver.dev",
-                                "count": count,
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    return objects.template(name, objects.request("req", f"{kind}.dra-driver.dev", count))
 
 
 def _pod(
     name: str, template: str, *, gated: bool, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "d"}]}}
-        ],
-        "resourceClaims": [{"name": "d", "resourceClaimTemplateName": template}],
-    }
-    if gated:
-        spec["schedulingGates"] = [{"name": GATE}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
-        "spec": spec,
-    }
-
-
-async def _eventually(check: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    """A pod whose one container uses the claim made from `template` (entry `d`)."""
+    container = {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "d"}]}}
+    return objects.pod(
+        name,
+        templates={"d": template},
+        labels=labels or {},
+        gates=[GATE] if gated else [],
+        containers=[container],
+    )
 
 
 async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
@@ -97,7 +64,9 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
             pods = [core.read_namespaced_pod(n, "default") for n in names]
             return all(PREPARED_ANNOTATION in (p.metadata.annotations or {}) for p in pods)
 
-        await _eventually(prepared, what="every pod to be prepared")
+        await eventually(
+            prepared, "every pod to be prepared", timeout=60, interval=0.1, in_thread=True
+        )
 
         def told_why() -> bool:
             events = core.list_namespaced_event(
@@ -105,7 +74,9 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
             ).items
             return any(e.reason == "FailedAllocation" for e in events)
 
-        await _eventually(told_why, what="an Event saying why greedy waits")
+        await eventually(
+            told_why, "an Event saying why greedy waits", timeout=60, interval=0.1, in_thread=True
+        )
         greedy = core.read_namespaced_pod("greedy", "default")
         assert [g.name for g in greedy.spec.scheduling_gates] == [GATE]
         assert greedy.spec.node_name is None
@@ -129,6 +100,12 @@ async def test_gated_and_scheduled_pods_side_by_side_then_released() -> None:
         assert len(next(iter(prepared_devices["claims"].values()))["devices"]) == 2
         for name in (*names, "greedy"):
             core.delete_namespaced_pod(name, "default")
-        await _eventually(lambda: not claims(), what="every claim to be released and deleted")
+        await eventually(
+            lambda: not claims(),
+            "every claim to be released and deleted",
+            timeout=60,
+            interval=0.1,
+            in_thread=True,
+        )
         log = cluster.controllers[0].log_path
         assert log is not None and "claim deallocated" in log.read_text()

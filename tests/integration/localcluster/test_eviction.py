@@ -4,9 +4,6 @@ the pod gone). Also: the chart's GpuQueue CRD is served from the start."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.deviceclasses import device_classes
 from localcluster.cluster import LocalCluster
+from tests.support.polling import eventually
 
 DRIVER = DEFAULT_DRIVER_NAME
 
@@ -49,14 +47,6 @@ def _objects() -> list[dict[str, Any]]:
     return [*device_classes(DRIVER), template, pod]
 
 
-async def _eventually(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_an_evicted_pod_is_unprepared_and_goes() -> None:
     async with LocalCluster(nodes=1, gpus="H100-SXM5-80GB:2", controllers=0) as cluster:
         await cluster.wait_registered()
@@ -73,7 +63,9 @@ async def test_an_evicted_pod_is_unprepared_and_goes() -> None:
             ready = [c.status for c in status.conditions or () if c.type == "Ready"]
             return status.phase == "Running" and ready == ["True"]
 
-        await _eventually(running, "the pod to run and be ready")
+        await eventually(
+            running, "the pod to run and be ready", timeout=60, interval=0.1, in_thread=True
+        )
         assert "default/trainer" in agent.prepared
 
         policy.create_namespaced_pod_disruption_budget(
@@ -100,7 +92,7 @@ async def test_an_evicted_pod_is_unprepared_and_goes() -> None:
                 return err.status == 404
             return False
 
-        await _eventually(gone, "the evicted pod to go")
+        await eventually(gone, "the evicted pod to go", timeout=60, interval=0.1, in_thread=True)
         assert "default/trainer" not in agent.prepared
         claims: Any = objects.list_namespaced_custom_object(
             "resource.k8s.io", "v1", "default", "resourceclaims"

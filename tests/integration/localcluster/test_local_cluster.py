@@ -4,9 +4,6 @@ restart leaves neither duplicate nor orphaned slices."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -14,6 +11,7 @@ from kubernetes import client
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.slices import check_limits
 from localcluster.cluster import LocalCluster
+from tests.support.polling import eventually
 
 GPUS = "H100-SXM5-80GB:8"
 
@@ -43,21 +41,17 @@ def tainted(slices: list[dict[str, Any]], minor: int) -> bool:
     return bool(devices) and all(d.get("taints") for d in devices)
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)  # polling the API server, with a deadline
-
-
 async def test_pools_health_and_restart() -> None:
     async with LocalCluster(
         nodes=2, gpus=GPUS, plugin_args=("--health-poll-interval=0.1",)
     ) as cluster:
         await cluster.wait_registered()
         names = [node.name for node in cluster.nodes]
-        await eventually(lambda: all(complete(slices_of(cluster, n)) for n in names))
+        await eventually(
+            lambda: all(complete(slices_of(cluster, n)) for n in names),
+            "every pool complete",
+            in_thread=True,
+        )
         for name in names:
             slices = slices_of(cluster, name)
             assert check_limits(slices) == []
@@ -66,13 +60,19 @@ async def test_pools_health_and_restart() -> None:
         first = cluster.nodes[0]
         outside = FakeBackend.from_spec(GPUS, first.name, state_dir=first.fake_state_dir)
         outside.inject_unhealthy(5, xid=48)
-        await eventually(lambda: tainted(slices_of(cluster, first.name), 5))
+        await eventually(
+            lambda: tainted(slices_of(cluster, first.name), 5), "gpu-5 tainted", in_thread=True
+        )
         after = slices_of(cluster, first.name)
         assert complete(after)
         assert not tainted(after, 4)
         assert not any(tainted(slices_of(cluster, names[1]), m) for m in range(8))
         outside.clear_unhealthy(5)
-        await eventually(lambda: not tainted(slices_of(cluster, first.name), 5))
+        await eventually(
+            lambda: not tainted(slices_of(cluster, first.name), 5),
+            "gpu-5 untainted",
+            in_thread=True,
+        )
 
         before = sorted(s["metadata"]["name"] for s in slices_of(cluster, first.name))
         old = first.agent.plugins[cluster.driver_name].sequence

@@ -27,6 +27,7 @@ from localcluster.roles.node_agent import (
     PREPARED_CONDITION,
     NodeAgent,
 )
+from tests.support import objects
 
 Obj = dict[str, Any]
 DRIVER = DEFAULT_DRIVER_NAME
@@ -169,15 +170,8 @@ def kind(dyn: dynamic.DynamicClient, api_version: str, name: str) -> Any:
 
 
 def make_pod(dyn: dynamic.DynamicClient, name: str, claims: Sequence[str], node: str = NODE) -> Obj:
-    body = {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "main", "image": "busybox"}],
-            "resourceClaims": [{"name": f"e-{c}", "resourceClaimName": c} for c in claims],
-        },
-        "status": {"phase": "Pending"},
-    }
+    references = {f"e-{c}": c for c in claims}
+    body = objects.pod(name, references, status={"phase": "Pending"}, nodeName=node)
     made: Obj = kind(dyn, "v1", "Pod").create(body=body, namespace="default").to_dict()
     return made
 
@@ -185,15 +179,7 @@ def make_pod(dyn: dynamic.DynamicClient, name: str, claims: Sequence[str], node:
 def make_claim(dyn: dynamic.DynamicClient, name: str, pod: Obj | None) -> Obj:
     """A claim allocated on NODE and, with a pod, reserved for it, as the scheduler leaves it."""
     claims = kind(dyn, "resource.k8s.io/v1", "ResourceClaim")
-    claims.create(
-        namespace="default",
-        body={
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}
-            },
-        },
-    )
+    claims.create(namespace="default", body=objects.claim(name, objects.request("gpu", "gpu")))
     status: Obj = {
         "allocation": {
             "devices": {

@@ -14,6 +14,7 @@ from dra_driver.checker.rules import check_allocations
 from dra_driver.slices import SliceSettings, build_resource_slices
 from localcluster import ApiServer
 from localcluster.roles import claims_from_templates, scheduler
+from tests.support import objects
 
 Obj = dict[str, Any]
 DRV = DEFAULT_DRIVER_NAME
@@ -64,14 +65,7 @@ def setup_node(dyn: dynamic.DynamicClient, name: str = "node-a") -> None:
 
 
 def make_pod(dyn: dynamic.DynamicClient, name: str, **spec: Any) -> None:
-    body = {
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "containers": [{"name": "main", "image": "busybox"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-            **spec,
-        },
-    }
+    body = objects.pod(name, templates={"gpu": "one-gpu"}, **spec)
     kind(dyn, "v1", "Pod").create(body=body, namespace="default")
 
 

@@ -4,7 +4,6 @@ by two claims (the allocator's independent checker over the final claims says so
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,8 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.checker.rules import check_allocations
 from dra_driver.deviceclasses import device_classes
 from localcluster.cluster import LocalCluster
+from tests.support import objects
+from tests.support.polling import eventually
 
 DRIVER = DEFAULT_DRIVER_NAME
 GATE = f"{DRIVER}/allocation"
@@ -21,36 +22,11 @@ GROUP, VERSION = "resource.k8s.io", "v1"
 
 
 def _claim(name: str, kind: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "req", "exactly": {"deviceClassName": f"{kind}.dra-driver.dev"}}
-                ]
-            }
-        },
-    }
+    return objects.claim(name, objects.request("req", f"{kind}.dra-driver.dev"))
 
 
 def _pod(name: str, claim: str, *, gated: bool) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox"}],
-        "resourceClaims": [{"name": "d", "resourceClaimName": claim}],
-    }
-    if gated:
-        spec["schedulingGates"] = [{"name": GATE}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-async def _eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
+    return objects.pod(name, [claim], gates=[GATE] if gated else [])
 
 
 def _violations(cluster: LocalCluster) -> list[str]:
@@ -103,13 +79,21 @@ async def test_controller_and_scheduler_side_by_side_never_double_book() -> None
                         for p in listed
                     )
 
-                await _eventually(some_gated_pod_allocated, timeout=60, what="a first gated pod")
+                await eventually(
+                    some_gated_pod_allocated,
+                    "a first gated pod",
+                    timeout=60,
+                    interval=0.2,
+                    in_thread=True,
+                )
 
         def settled() -> bool:
             listed = core.list_namespaced_pod("default").items
             return all(p.spec.node_name or _waits_for_a_reason(p) for p in listed)
 
-        await _eventually(settled, timeout=240, what="both allocators to finish")
+        await eventually(
+            settled, "both allocators to finish", timeout=240, interval=0.2, in_thread=True
+        )
         listed = core.list_namespaced_pod("default").items
         bound = [p for p in listed if p.spec.node_name]
         gated_bound = [p for p in bound if int(p.metadata.name[2:]) % 2 == 0]
@@ -150,7 +134,9 @@ async def test_leader_failover_mid_stream_without_double_allocation() -> None:
 
             return check
 
-        await _eventually(lambda: holder() is not None, timeout=30, what="a leader")
+        await eventually(
+            lambda: holder() is not None, "a leader", timeout=30, interval=0.2, in_thread=True
+        )
         first = holder()
         wave_one = [f"p-{i}" for i in range(20)]
         cluster.apply(
@@ -161,7 +147,7 @@ async def test_leader_failover_mid_stream_without_double_allocation() -> None:
             ]
         )
         # Kill the leader while it is working through the first wave.
-        await _eventually(
+        await eventually(
             lambda: (
                 sum(
                     not core.read_namespaced_pod(n, "default").spec.scheduling_gates
@@ -169,8 +155,10 @@ async def test_leader_failover_mid_stream_without_double_allocation() -> None:
                 )
                 >= 5
             ),
+            "the first allocations",
             timeout=60,
-            what="the first allocations",
+            interval=0.2,
+            in_thread=True,
         )
         leader = next(c for c in cluster.controllers if c.name == first)
         await cluster.stop_controller(leader, kill=True)
@@ -182,6 +170,12 @@ async def test_leader_failover_mid_stream_without_double_allocation() -> None:
                 for d in (_claim(f"c-{i}", "mig"), _pod(f"p-{i}", f"c-{i}", gated=True))
             ]
         )
-        await _eventually(ungated(wave_one + wave_two), timeout=90, what="the standby to finish")
+        await eventually(
+            ungated(wave_one + wave_two),
+            "the standby to finish",
+            timeout=90,
+            interval=0.2,
+            in_thread=True,
+        )
         assert holder() not in (None, first)
         assert _violations(cluster) == []

@@ -6,21 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends import GpuBackend
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.fake.mps_control import terminate_daemons
+from dra_driver.kubeletapi.client import RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
 from localcluster.apiserver import ApiServer
+from tests.support import polling
 
 DRIVER = DEFAULT_DRIVER_NAME
 MERGE = "application/merge-patch+json"
@@ -220,3 +224,27 @@ async def running_plugin(
             # MPS daemons outlive the plugin on purpose; a test must not leave them running.
             if not leave_daemons:
                 await asyncio.to_thread(terminate_daemons, config.state_dir)
+
+
+async def registered(
+    proc: subprocess.Popen[bytes], socket: Path, log: Callable[[], str], timeout: float = 60.0
+) -> None:
+    """Wait for a plugin process to be ready: kubelet could register it, its registration
+    socket answers GetInfo. Fails at once, with the plugin's log, when the process exits."""
+
+    async def answers() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"plugin exited with {proc.returncode}")
+        if not socket.exists():
+            return False
+        try:
+            async with RegistrationClient(socket, 2.0) as registration:
+                await registration.get_info()
+        except grpc.aio.AioRpcError:
+            return False
+        return True
+
+    try:
+        await polling.eventually(answers, "the plugin to register", timeout=timeout, interval=0.05)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {log()}") from None

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from tests.integration.plugin.harness import (
     running_plugin,
     short_dir,
 )
+from tests.support.polling import eventually, wait_until
 
 NODE = "cache-node"
 WAIT_S = 10.0
@@ -42,14 +42,6 @@ def cache(api: client.ApiClient) -> Iterator[ClaimCache]:
         yield running
     finally:
         running.stop()
-
-
-def wait_for(condition: Callable[[], bool]) -> None:
-    """Poll a condition the watch makes true, with a deadline."""
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, "the claim cache did not catch up"
-        time.sleep(0.01)
 
 
 def patch_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> None:
@@ -73,36 +65,36 @@ def test_serves_only_allocated_reserved_claims_and_follows_changes(
     api: client.ApiClient, cache: ClaimCache
 ) -> None:
     name, uid = create_claim(api, None)
-    wait_for(lambda: cached_uid(cache, name) == uid)
+    wait_until(lambda: cached_uid(cache, name) == uid)
     assert cache.lookup("default", name, uid) is None  # not allocated yet
 
     allocation = {"devices": {"results": [result("gpu", "gpu-0", NODE)], "config": []}}
     patch_status(api, name, {"allocation": allocation})
-    wait_for(lambda: "allocation" in (cache._claims[("default", name)].get("status") or {}))
+    wait_until(lambda: "allocation" in (cache._claims[("default", name)].get("status") or {}))
     assert cache.lookup("default", name, uid) is None  # allocated, not reserved yet
 
     patch_status(api, name, {"reservedFor": [{"resource": "pods", "name": "p", "uid": "p1"}]})
-    wait_for(lambda: cache.lookup("default", name, uid) is not None)
+    wait_until(lambda: cache.lookup("default", name, uid) is not None)
     served = cache.lookup("default", name, uid)
     assert served is not None
     assert served["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
 
     # Released again: the copy follows, and stops standing in for a GET.
     patch_status(api, name, {"reservedFor": None})
-    wait_for(lambda: cache.lookup("default", name, uid) is None)
+    wait_until(lambda: cache.lookup("default", name, uid) is None)
 
     delete_claim(api, name)
-    wait_for(lambda: cached_uid(cache, name) is None)
+    wait_until(lambda: cached_uid(cache, name) is None)
 
 
 def test_another_uid_under_the_same_name_is_not_served(
     api: client.ApiClient, cache: ClaimCache
 ) -> None:
     name, old_uid = create_claim(api, [result("gpu", "gpu-1", NODE)], reserved=True)
-    wait_for(lambda: cache.lookup("default", name, old_uid) is not None)
+    wait_until(lambda: cache.lookup("default", name, old_uid) is not None)
     delete_claim(api, name)
     _, new_uid = create_claim(api, [result("gpu", "gpu-1", NODE)], name=name, reserved=True)
-    wait_for(lambda: cache.lookup("default", name, new_uid) is not None)
+    wait_until(lambda: cache.lookup("default", name, new_uid) is not None)
     assert cache.lookup("default", name, old_uid) is None
     delete_claim(api, name)
 
@@ -141,12 +133,12 @@ def test_a_watch_behind_the_history_asks_for_a_new_list() -> None:
 def test_a_dropped_watch_is_listed_again_and_catches_up(
     api: client.ApiClient, cache: ClaimCache
 ) -> None:
-    wait_for(lambda: cache._response is not None)
+    wait_until(lambda: cache._response is not None)
     lists = cache.lists
     _interrupt(cache._response)  # the connection to the API server breaks
     name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], reserved=True)
-    wait_for(lambda: cache.lists > lists)
-    wait_for(lambda: cache.lookup("default", name, uid) is not None)
+    wait_until(lambda: cache.lists > lists)
+    wait_until(lambda: cache.lookup("default", name, uid) is not None)
     delete_claim(api, name)
 
 
@@ -166,9 +158,7 @@ async def test_prepare_uses_the_cache_and_reads_the_api_server_when_it_cannot(
             assert cache is not None
             assert await asyncio.to_thread(cache.wait_synced, WAIT_S)
             name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], reserved=True)
-            await asyncio.to_thread(
-                wait_for, lambda: cache.lookup("default", name, uid) is not None
-            )
+            await eventually(lambda: cache.lookup("default", name, uid) is not None, in_thread=True)
             before = reads(plugin, "cache")
             async with DraClient(plugin.dra_socket) as dra:
                 claim = ClaimRef("default", uid, name)
@@ -183,7 +173,7 @@ async def test_prepare_uses_the_cache_and_reads_the_api_server_when_it_cannot(
                 _, new_uid = create_claim(
                     api, [result("gpu", "gpu-0", NODE)], name=name, reserved=True
                 )
-                await asyncio.to_thread(wait_for, lambda: cached_uid(cache, name) == new_uid)
+                await eventually(lambda: cached_uid(cache, name) == new_uid, in_thread=True)
                 api_reads = reads(plugin, "api")
                 error = (await dra.prepare([claim]))[uid].error
                 assert "metadata.uid" in error and new_uid in error

@@ -22,11 +22,12 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake.mps_control import process_alive, read_pid, terminate_daemons
+from dra_driver.backends.fake.mps_control import read_pid, terminate_daemons
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import ClaimState, decode_checkpoint
-from dra_driver.kubeletapi.client import DraClient, RegistrationClient
+from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.processes import process_alive
 from kubeletplugin.prepare import faults
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
@@ -35,13 +36,13 @@ from tests.integration.plugin.harness import (
     create_node,
     delete_claim,
     opaque,
+    registered,
     result,
     short_dir,
 )
 
 NODE = "crash-node"
 GPUS = "H100-SXM5-80GB:2"
-START_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -93,25 +94,7 @@ class PluginProcess:
         ]
         log = (self.root / "plugin.log").open("ab")
         self.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
-        await self._registered()
-
-    async def _registered(self) -> None:
-        """Ready means kubelet could register it: the registration socket answers GetInfo."""
-        assert self.proc is not None
-        deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"plugin exited with {self.proc.returncode}: {self.log()}")
-            if self.registration_socket.exists():
-                try:
-                    async with RegistrationClient(self.registration_socket, 2.0) as reg:
-                        await reg.get_info()
-                    return
-                except grpc.aio.AioRpcError:
-                    pass
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"plugin did not register in time: {self.log()}")
-            await asyncio.sleep(0.05)  # polling a condition, with a deadline
+        await registered(self.proc, self.registration_socket, self.log)
 
     def log(self) -> str:
         return (self.root / "plugin.log").read_text(errors="replace")[-3000:]

@@ -10,21 +10,26 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from kubernetes import client
 
 from dra_driver.cdi import CdiSpecDir
-from dra_driver.kubeletapi.client import DraClient, RegistrationClient
+from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
-from tests.integration.plugin.harness import DRIVER, create_claim, create_node, result, short_dir
+from tests.integration.plugin.harness import (
+    DRIVER,
+    create_claim,
+    create_node,
+    registered,
+    result,
+    short_dir,
+)
 from tests.support import fake_driver_root
 from tests.support.fake_driver_root import VERSION
 
 NODE = "driver-root-node"
 HOST_ROOT = "/run/nvidia/driver"
-START_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,23 +62,6 @@ def _argv(server: ApiServer, root: Path, *extra: str) -> list[str]:
     ]
 
 
-async def _registered(proc: subprocess.Popen[bytes], socket: Path, log: Path) -> None:
-    deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"plugin exited with {proc.returncode}: {log.read_text()}")
-        if socket.exists():
-            try:
-                async with RegistrationClient(socket, 2.0) as reg:
-                    await reg.get_info()
-                return
-            except grpc.aio.AioRpcError:
-                pass
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"plugin did not register in time: {log.read_text()}")
-        await asyncio.sleep(0.05)  # polling a condition, with a deadline
-
-
 async def test_claim_specs_carry_the_driver_files(
     server: ApiServer, api: client.ApiClient, root: Path
 ) -> None:
@@ -85,7 +73,7 @@ async def test_claim_specs_carry_the_driver_files(
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
     try:
-        await _registered(proc, root / "registry" / f"{DRIVER}-reg.sock", log)
+        await registered(proc, root / "registry" / f"{DRIVER}-reg.sock", log.read_text)
         name, uid = create_claim(api, [result("gpu", "gpu-0", NODE)], reserved=True)
         async with DraClient(root / "plugin" / "dra.sock") as dra:
             answer = (await dra.prepare([ClaimRef("default", uid, name)]))[uid]

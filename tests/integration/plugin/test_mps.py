@@ -21,10 +21,11 @@ import pytest
 from kubernetes import client
 
 from dra_driver.backends.fake import mps_control as fake_mps_control
-from dra_driver.backends.fake.mps_control import PID_FILE, process_alive, read_pid
+from dra_driver.backends.fake.mps_control import PID_FILE, read_pid
 from dra_driver.cdi import CdiSpecDir, Mount, container_environment
 from dra_driver.kubeletapi.client import DraClient, HealthClient
 from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
+from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.recovery import recover
 from localcluster.apiserver import ApiServer
@@ -39,6 +40,7 @@ from tests.integration.plugin.harness import (
     short_dir,
     stopped_plugin,
 )
+from tests.support.polling import eventually
 
 NODE = "mps-node"
 GPU_CONFIG = {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig"}
@@ -118,14 +120,6 @@ def ask(pipe_dir: Path, *commands: str) -> subprocess.CompletedProcess[str]:
         timeout=30,
         check=False,
     )
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)  # polling another process, with a deadline
 
 
 async def test_shares_of_one_gpu_use_one_daemon_that_goes_with_the_last(
@@ -227,9 +221,9 @@ async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
                 }
                 pid = daemon_pid(pipe)
                 os.kill(pid, signal.SIGKILL)
-                await until(lambda: (read_pid(pipe) or pid) != pid, "a restarted daemon")
+                await eventually(lambda: (read_pid(pipe) or pid) != pid, "a restarted daemon")
                 restarted = daemon_pid(pipe)
-                await until(
+                await eventually(
                     lambda: plugin.daemon.preparer.checkpoint.mps_daemons[uuid].pid == restarted,
                     "the new pid in the checkpoint",
                 )
@@ -257,7 +251,7 @@ async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
                     }
                 ]
                 assert taints["gpu-0"] is None and taints["gpu-1-shared"] is None
-                await until(lambda: read_pid(pipe) not in (None, restarted), "another restart")
+                await eventually(lambda: read_pid(pipe) not in (None, restarted), "another restart")
                 assert plugin.daemon.metrics.mps_restarts._value.get() == 2
 
                 # No claim needs the daemon any more: it goes, and so does the report.
@@ -362,7 +356,7 @@ async def started_by_hand(
 
 async def kill_daemon(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    await until(lambda: not process_alive(pid), f"daemon {pid} to die")
+    await eventually(lambda: not process_alive(pid), f"daemon {pid} to die")
 
 
 async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_check(
@@ -392,19 +386,19 @@ async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_ch
             assert daemon.mps.running() == {}
             assert preparer.checkpoint.mps_daemons == {}
 
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
             running = daemon.mps.running()
             assert set(running) == {mig[0].uuid, mig[1].uuid}
             recorded = preparer.checkpoint.mps_daemons
             assert {u: (d.minor, d.pid) for u, d in recorded.items()} == {
                 mig[minor].uuid: (minor, running[mig[minor].uuid]) for minor in (0, 1)
             }
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
             # One failure is one too many here: the daemon's GPU is reported once, by its minor.
             await kill_daemon(running[mig[1].uuid])
-            assert await preparer.check_mps() is True
+            assert await preparer.mps.check() is True
             assert set(daemon.mps.unhealthy()) == {1}
-            assert await preparer.check_mps() is False
+            assert await preparer.mps.check() is False
 
             for minor, device in mig.items():
                 daemon.backend.clear_busy(minor, device.gi_id)
@@ -457,7 +451,7 @@ async def test_a_check_kept_waiting_by_a_leaving_claim_still_looks_after_the_nex
 
             # Started in this order, the unprepare runs first, up to its wait for the daemon.
             unprepared = asyncio.create_task(preparer.unprepare([leaving]))
-            checked = asyncio.create_task(preparer.check_mps())
+            checked = asyncio.create_task(preparer.mps.check())
             assert await unprepared == {leaving.uid: ""}
             assert await checked is False
             running = daemon.mps.running()
@@ -500,7 +494,7 @@ async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_c
             try:
                 hold.touch()
                 slow_call = asyncio.create_task(dra.prepare([slow]))
-                await until(called.exists, "the control tool to start a daemon")
+                await eventually(called.exists, "the control tool to start a daemon")
                 quick_call = asyncio.create_task(dra.prepare([quick]))
                 done, _ = await asyncio.wait(
                     {slow_call, quick_call}, return_when=asyncio.FIRST_COMPLETED
@@ -515,7 +509,7 @@ async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_c
                 called.unlink()
                 hold.touch()
                 slow_stop = asyncio.create_task(dra.unprepare([slow]))
-                await until(called.exists, "the control tool to stop the daemon")
+                await eventually(called.exists, "the control tool to stop the daemon")
                 quick_stop = asyncio.create_task(dra.unprepare([quick]))
                 done, _ = await asyncio.wait(
                     {slow_stop, quick_stop}, return_when=asyncio.FIRST_COMPLETED

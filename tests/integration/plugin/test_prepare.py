@@ -348,7 +348,7 @@ async def test_concurrent_calls_for_one_claim_prepare_it_once(
         assert len(plugin.backend.gpu_instances(1)) == 1
         assert (await one.unprepare([ref(api, name, uid)]))[uid] == ""
     assert plugin.backend.gpu_instances(1) == ()
-    assert plugin.daemon.preparer._claim_locks == {}
+    assert len(plugin.daemon.preparer._claim_locks) == 0
 
 
 async def test_mig_devices_made_on_one_gpu_each_get_their_own_uuid_and_are_recorded(

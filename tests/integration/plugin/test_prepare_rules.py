@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver.backends.fake.mps_control import process_alive, read_pid
+from dra_driver.backends.fake.mps_control import read_pid
 from dra_driver.backends.mig import create_mig_device
 from dra_driver.cdi import CdiSpecDir, container_environment
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
+from dra_driver.processes import process_alive
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,

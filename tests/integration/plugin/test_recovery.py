@@ -6,12 +6,10 @@ cleanly and change things by hand, which is quicker and lets each rule be checke
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,13 +20,14 @@ from kubernetes import client
 
 from dra_driver.backends.base import TimeSliceInterval
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.backends.fake.mps_control import PID_FILE, process_alive
+from dra_driver.backends.fake.mps_control import PID_FILE
 from dra_driver.backends.mig import create_mig_device, destroy_mig_device
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.checkpoint import Checkpoint, CheckpointStore, ClaimState, decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.claims import ClaimSource, KubernetesClaimSource
 from kubeletplugin.prepare.recovery import recover
@@ -45,6 +44,7 @@ from tests.integration.plugin.harness import (
     short_dir,
     stopped_plugin,
 )
+from tests.support.polling import eventually
 
 NODE = "recovery-node"
 GPUS = "H100-SXM5-80GB:2"
@@ -354,10 +354,7 @@ async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for
         uuid = [running.backend.gpus[minor].uuid for minor in (0, 1)]
         pid = [running.daemon.mps.running()[u] for u in uuid]
     os.kill(pid[0], signal.SIGKILL)
-    deadline = time.monotonic() + 20
-    while process_alive(pid[0]):  # polling another process, with a deadline
-        assert time.monotonic() < deadline, "the killed daemon is still there"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: not process_alive(pid[0]), "the killed daemon to go")
     store, loaded = on_disk(root)
     store.save(loaded.without_claim(lost[1]).without_mps_daemon(uuid[1]))
     async with plugin(server, root) as running:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support import objects
+
 Obj = dict[str, Any]
 
 DRV = "gpu.example.com"
@@ -62,13 +64,9 @@ def exactly(cls: str = "gpu", count: int | None = None, *selectors: str, **field
 
 
 def claim(name: str, *requests: Obj, constraints: list[Obj] | None = None, **devices: Any) -> Obj:
-    body: Obj = {"requests": list(requests), **devices}
     if constraints:
-        body["constraints"] = constraints
-    return {
-        "metadata": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
-        "spec": {"devices": body},
-    }
+        devices["constraints"] = constraints
+    return objects.claim(name, *requests, namespace="ns", uid=f"uid-{name}", **devices)
 
 
 def request(name: str, body: Obj) -> Obj:

@@ -48,7 +48,7 @@ from dra_driver.checker.inputs import (
     parse_claim,
     share_amounts,
 )
-from dra_driver.checker.rules import ClusterChecker, Usage, accepted_node_selectors
+from dra_driver.checker.rules import ClusterChecker, Holdings, accepted_node_selectors
 
 Choice = tuple[Alternative, tuple[Device, ...]]
 
@@ -69,7 +69,7 @@ def format_quantity(value: Fraction) -> str:
 
 
 def _choices(
-    checker: ClusterChecker, spec: ClaimSpec, node: str, base: Usage
+    checker: ClusterChecker, spec: ClaimSpec, node: str, base: Holdings
 ) -> list[list[Choice]]:
     """Per request, its candidate choices in search order: subrequest first, then slot tuples."""
     devices = checker.node_devices(node)
@@ -162,7 +162,7 @@ def _configs(
 
 
 def _over_committed_pool(
-    checker: ClusterChecker, base: Usage, picks: Sequence[Choice], node: str
+    checker: ClusterChecker, base: Holdings, picks: Sequence[Choice], node: str
 ) -> bool:
     """A pick whose counters are checked, in a pool already over-committed by earlier claims.
 
@@ -201,7 +201,7 @@ def _pod_local_conflict(
 
 
 def _pod_capacity_exceeded(
-    base: Usage, claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]]
+    base: Holdings, claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]]
 ) -> bool:
     """Whether a share of the pod does not fit, counting the admin shares of earlier claims.
 
@@ -230,8 +230,8 @@ def _pod_capacity_exceeded(
 
 def _admin_counters_exceed(
     checker: ClusterChecker,
-    base: Usage,
-    after: Usage,
+    base: Holdings,
+    after: Holdings,
     claims: Sequence[tuple[ClaimSpec, Sequence[Choice]]],
     node: str,
 ) -> bool:

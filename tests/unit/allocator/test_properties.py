@@ -26,6 +26,7 @@ from dra_driver.allocator import (
     allocate_on_node,
 )
 from dra_driver.checker.rules import check_allocations
+from tests.support import objects
 from tests.unit.allocator.reference import TooManyCandidatesError, first_fit_reference
 from tests.unit.allocator.strategies import FITS, Cluster, Scenario, claims, clusters, scenarios
 
@@ -279,10 +280,7 @@ def _slice(name: str, devices: list[Obj] | None, *, count: int = 1, **spec: Any)
 
 
 def _claim(name: str, *requests: Obj) -> Obj:
-    return {
-        "metadata": {"namespace": "default", "name": name},
-        "spec": {"devices": {"requests": list(requests)}},
-    }
+    return objects.claim(name, *requests)
 
 
 def _ask(name: str, **fields: Any) -> Obj:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage
-from dra_driver.allocator.claims import plan_claim
+from dra_driver.allocator.claims import ClaimPlans, plan_claim
 from dra_driver.allocator.errors import InputError
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.projection import device_entries
@@ -48,7 +48,7 @@ def _run(placer: Placer, seed: int, count: int, plain: bool) -> list[Any]:
         if plain:
             placer._fits.clear()
             placer.usage.forget_derived()
-            placer.snapshot.claim_plans.clear()
+            placer.snapshot.caches.of(ClaimPlans).by_signature.clear()
             placement = placer.place([claim], nodes=list(placer.nodes))
         else:
             placement = placer.place([claim])

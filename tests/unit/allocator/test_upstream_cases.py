@@ -18,6 +18,7 @@ import pytest
 from dra_driver.allocator import AllocationMode
 from dra_driver.cli.inputs import ClusterObjects
 from dra_driver.cli.simulate import simulate
+from tests.support import objects
 from tests.unit.allocator.strategies import Cluster
 from tests.unit.allocator.test_simulate_reference import reference_simulation
 
@@ -95,15 +96,11 @@ def claim(
     allocation: Obj | None = None,
 ) -> Obj:
     """A claim; with `allocation` it is already allocated (in use, not allocated again)."""
-    devices: Obj = {"requests": list(requests)}
-    if constraints:
-        devices["constraints"] = constraints
-    if config:
-        devices["config"] = config
-    body: Obj = {"metadata": {"namespace": "default", "name": name}, "spec": {"devices": devices}}
-    if allocation is not None:
-        body["status"] = {"allocation": allocation}
-    return body
+    extra = {
+        key: value for key, value in (("constraints", constraints), ("config", config)) if value
+    }
+    status = None if allocation is None else {"allocation": allocation}
+    return objects.claim(name, *requests, status=status, **extra)
 
 
 def held(*devices: str) -> Obj:

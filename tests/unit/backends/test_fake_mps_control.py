@@ -6,19 +6,20 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dra_driver.backends.fake import mps_control
 from dra_driver.backends.fake.mps_control import (
     ALREADY_RUNNING,
     NOT_RUNNING,
-    process_alive,
     read_pid,
     terminate_daemons,
 )
+from dra_driver.processes import process_alive
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
@@ -66,10 +67,7 @@ def test_daemon_client_and_quit(dirs: tuple[Path, Path]) -> None:
     assert "CMD set_default_active_thread_percentage 30" in (log / "control.log").read_text()
 
     assert tool(dirs, stdin="quit\n").returncode == 0
-    deadline = time.monotonic() + 10
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling another process, with a deadline
-    assert not process_alive(pid)
+    wait_until(lambda: not process_alive(pid), f"daemon {pid} to end")
     assert not (pipe / "control").exists() and read_pid(pipe) is None
     after = tool(dirs, stdin="get_server_list\n")
     assert after.returncode == 1 and NOT_RUNNING in after.stderr
@@ -80,9 +78,7 @@ def test_a_killed_daemon_can_be_replaced(dirs: tuple[Path, Path]) -> None:
     pid = read_pid(dirs[0])
     assert pid is not None
     os.kill(pid, 9)
-    deadline = time.monotonic() + 10
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)  # polling another process, with a deadline
+    wait_until(lambda: not process_alive(pid), f"daemon {pid} to end")
     # Its pipe and pid file are left behind, as after any SIGKILL; a new daemon takes over.
     assert (dirs[0] / "control").exists()
     assert tool(dirs, "-d").returncode == 0
@@ -94,3 +90,17 @@ def test_client_without_daemon_and_bad_arguments(dirs: tuple[Path, Path]) -> Non
     missing = tool(dirs, stdin="get_server_list\n")
     assert missing.returncode == 1 and NOT_RUNNING in missing.stderr
     assert tool(dirs, "-x").returncode == 1
+
+
+def test_runs_by_file_with_the_standard_library_alone(dirs: tuple[Path, Path]) -> None:
+    """The plugin runs the fake tool by file without `site`, where the driver's packages cannot
+    be imported: an import of them at module level would only fail there, not under `-m`."""
+    isolated = subprocess.run(
+        [sys.executable, "-S", "-I", mps_control.__file__, "-x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert isolated.returncode == 1
+    assert "usage: nvidia-cuda-mps-control" in isolated.stderr

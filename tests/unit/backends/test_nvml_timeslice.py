@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver.backends import timeslice
-from dra_driver.backends.base import TimeSliceInterval
+from dra_driver.backends.base import TimeSliceInterval, timeslice_from_setting
 from dra_driver.backends.errors import NotFoundError, TimeSliceCommandError
 from tests.unit.backends.nvml_standin import H100_A, L40S, build_backend
 
@@ -74,6 +74,12 @@ def test_passes_an_argument_list_without_shell_and_with_a_deadline(
 )
 def test_interval_values(interval: TimeSliceInterval, value: str) -> None:
     assert timeslice.timeslice_command("smi", "GPU-1", interval)[-1] == value
+    assert timeslice_from_setting(int(value)) is interval
+
+
+def test_a_setting_nvidia_smi_does_not_know_is_refused() -> None:
+    with pytest.raises(ValueError, match="4 is not a time-slice setting"):
+        timeslice_from_setting(4)
 
 
 def test_non_zero_exit_reports_stderr(tmp_path: Path) -> None:

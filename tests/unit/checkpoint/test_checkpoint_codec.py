@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from api.device_type import DeviceType
 from dra_driver.checkpoint import (
     CURRENT_VERSION,
     UPGRADERS,
@@ -31,14 +33,17 @@ SOURCE = "/var/lib/plugin/checkpoint.json"
 
 _text = st.text(max_size=12)
 _optional_int = st.none() | st.integers(min_value=0, max_value=2**40)
+_kinds = st.sampled_from(
+    [(None, False), *((kind, False) for kind in DeviceType), (DeviceType.MIG, True)]
+)
 _devices = st.builds(
-    DeviceRecord,
+    lambda kind, **fields: DeviceRecord(device_type=kind[0], pre_created=kind[1], **fields),
+    kind=_kinds,
     request_names=st.tuples(_text) | st.tuples(_text, _text),
     pool_name=_text,
     device_name=_text,
     cdi_device_ids=st.lists(_text, max_size=3).map(tuple),
     share_id=st.none() | _text,
-    shape=st.sampled_from(["", "gpu", "mig", "timeslice", "shared", "static-mig"]),
     minor=_optional_int,
     timeslice_interval=st.none() | st.sampled_from(["Default", "Short", "Medium", "Long"]),
     mps_thread_percentage=_optional_int,
@@ -168,7 +173,7 @@ def test_optional_fields_default_and_unknown_keys_are_ignored() -> None:
     decoded = decode_checkpoint(_document(data), SOURCE)
     record = decoded.claims["u"]
     assert record.devices == (DeviceRecord(("r",), "p", "gpu-0", ()),)
-    assert record.devices[0].shape == ""
+    assert record.devices[0].device_type is None
     assert record.mig_instances == (MigInstanceRecord(0, "1g.10gb", 1, None, None, 0, 1),)
     assert record.cdi_spec is None
 
@@ -252,6 +257,29 @@ _GOOD: dict[str, Any] = {
                     "claims": {
                         "u": {
                             **_GOOD["claims"]["u"],
+                            "devices": [
+                                {
+                                    "requestNames": ["r"],
+                                    "poolName": "p",
+                                    "deviceName": "d",
+                                    "cdiDeviceIds": [],
+                                    "shape": "vgpu",
+                                }
+                            ],
+                        }
+                    },
+                }
+            ),
+            "data.claims['u'].devices[0].shape: unknown device kind 'vgpu' (known: gpu, mig, "
+            "timeslice, shared, static-mig)",
+        ),
+        (
+            _document(
+                {
+                    "bootId": "b",
+                    "claims": {
+                        "u": {
+                            **_GOOD["claims"]["u"],
                             "migInstances": [
                                 {
                                     "minor": -1,
@@ -276,6 +304,18 @@ def test_damage_is_reported_as_corruption_naming_file_and_field(
         decode_checkpoint(text, SOURCE)
     assert str(caught.value).startswith(f"checkpoint {SOURCE}: ")
     assert fragment in str(caught.value)
+
+
+def test_only_a_mig_device_is_pre_created() -> None:
+    with pytest.raises(ValueError, match="only a MIG device is pre-created"):
+        DeviceRecord(("r",), "p", "gpu-0", (), device_type=DeviceType.GPU, pre_created=True)
+    made = DeviceRecord(("r",), "p", "gpu-0-mig-1g.10gb-0", (), device_type=DeviceType.MIG)
+    handed_out = replace(made, device_name="gpu-0-mig-3-0", pre_created=True)
+    assert made.on_demand_mig
+    assert not handed_out.on_demand_mig
+    claim = ClaimRecord("u", "n", "c", ClaimState.PREPARE_STARTED, devices=(made, handed_out))
+    data = checkpoint_to_data(Checkpoint(boot_id="b").with_claim(claim))
+    assert [d["shape"] for d in data["claims"]["u"]["devices"]] == ["mig", "static-mig"]
 
 
 def test_valid_documents_used_above_do_decode() -> None:

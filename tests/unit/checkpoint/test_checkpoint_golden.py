@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from api.device_type import DeviceType
 from dra_driver.checkpoint import (
     UPGRADERS,
     Checkpoint,
@@ -40,7 +41,7 @@ EXPECTED = Checkpoint(
                     cdi_device_ids=(
                         "k8s.gpu.dra-driver.dev/claim=11111111-1111-4111-8111-111111111111-gpu-0",
                     ),
-                    shape="gpu",
+                    device_type=DeviceType.GPU,
                     minor=0,
                 ),
                 DeviceRecord(
@@ -51,7 +52,7 @@ EXPECTED = Checkpoint(
                         "k8s.gpu.dra-driver.dev/claim=11111111-1111-4111-8111-111111111111-mig-0",
                         "nvidia.com/gpu=all",
                     ),
-                    shape="mig",
+                    device_type=DeviceType.MIG,
                     minor=1,
                 ),
             ),
@@ -80,7 +81,7 @@ EXPECTED = Checkpoint(
                     device_name="gpu-2-shared",
                     cdi_device_ids=(),
                     share_id="share-7",
-                    shape="shared",
+                    device_type=DeviceType.SHARED,
                     minor=2,
                     mps_thread_percentage=25,
                     mps_pinned_memory_bytes=4294967296,
@@ -90,7 +91,7 @@ EXPECTED = Checkpoint(
                     pool_name="node-1",
                     device_name="gpu-3-ts-1",
                     cdi_device_ids=(),
-                    shape="timeslice",
+                    device_type=DeviceType.TIMESLICE,
                     minor=3,
                     timeslice_interval="Short",
                 ),
@@ -119,7 +120,8 @@ EXPECTED = Checkpoint(
                     pool_name="node-1",
                     device_name="gpu-5-mig-3-0",
                     cdi_device_ids=("k8s.gpu.dra-driver.dev/claim=33333333-static",),
-                    shape="static-mig",
+                    device_type=DeviceType.MIG,
+                    pre_created=True,
                     minor=5,
                 ),
             ),

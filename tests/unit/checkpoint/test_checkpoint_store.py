@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from api.device_type import DeviceType
 from dra_driver.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -31,7 +32,11 @@ def _claim(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimR
         namespace="ns",
         name=f"claim-{uid}",
         state=state,
-        devices=(DeviceRecord(("r",), "node", "gpu-0-mig-1g.10gb-0", ("v/c=x",), shape="mig"),),
+        devices=(
+            DeviceRecord(
+                ("r",), "node", "gpu-0-mig-1g.10gb-0", ("v/c=x",), device_type=DeviceType.MIG
+            ),
+        ),
         mig_instances=(MigInstanceRecord(0, "1g.10gb", 7, 0, "MIG-x", 0, 1),),
     )
 

@@ -17,6 +17,7 @@ import yaml
 
 from dra_driver.cli.main import main
 from tests.bench.traces import DRIVER, cluster
+from tests.support import objects
 from tests.support.trace_inputs import base, pod
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,23 +42,20 @@ NODE_LINE = re.compile(
 
 def claim(name: str, exactly: dict[str, Any], held: dict[str, Any] | None = None) -> dict[str, Any]:
     """A claim for one device; `held`: the result it is allocated in the input (on `pool`)."""
-    doc: dict[str, Any] = {
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
+    status = None
     if held is not None:
         result = {"request": "gpu", "driver": DRIVER, **held}
         pinned = {
             "matchFields": [{"key": "metadata.name", "operator": "In", "values": [held["pool"]]}]
         }
-        doc["status"] = {
+        status = {
             "allocation": {
                 "devices": {"results": [result]},
                 "nodeSelector": {"nodeSelectorTerms": [pinned]},
             }
         }
-    return doc
+    request = {"name": "gpu", "exactly": exactly}
+    return objects.claim(name, request, namespace="ns", status=status)
 
 
 WHOLE = {"deviceClassName": "whole"}

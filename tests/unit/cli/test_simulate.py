@@ -13,6 +13,7 @@ import yaml
 
 from dra_driver.checker.rules import check_allocations
 from dra_driver.cli.main import main
+from tests.support import objects
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "examples" / "simulate" / "cluster.yaml"
@@ -109,15 +110,11 @@ CLASS = {
 
 
 def claim(name: str, allocated: str | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": "ns", "name": name},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "any"}}]}},
-    }
+    status = None
     if allocated:
         result = {"request": "r", "driver": DRV, "pool": "n1", "device": allocated}
-        doc["status"] = {"allocation": {"devices": {"results": [result]}}}
-    return doc
+        status = {"allocation": {"devices": {"results": [result]}}}
+    return objects.claim(name, objects.request("r", "any"), namespace="ns", status=status)
 
 
 def test_allocated_claims_count_as_in_use_and_order_is_file_order(

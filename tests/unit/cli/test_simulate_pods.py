@@ -12,6 +12,7 @@ import yaml
 from dra_driver.checker.rules import check_allocations
 from dra_driver.cli.main import main
 from dra_driver.noderesources import CPU, MEMORY, node_allocatable, pod_requests
+from tests.support import objects
 from tests.support.trace_inputs import sim_pod as pod
 
 DRV = "gpu.example.com"
@@ -42,12 +43,11 @@ def node_slice(node: str, devices: int) -> dict[str, Any]:
 
 
 def node(name: str, cpu: str, memory: str = "8Gi") -> dict[str, Any]:
-    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
-    return {"kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
+    return objects.node(name, allocatable={"cpu": cpu, "memory": memory, "pods": "110"})
 
 
 def claim(name: str) -> dict[str, Any]:
-    return {"kind": "ResourceClaim", "metadata": {"namespace": "ns", "name": name}, "spec": SPEC}
+    return objects.claim(name, *SPEC["devices"]["requests"], namespace="ns")
 
 
 def simulate(

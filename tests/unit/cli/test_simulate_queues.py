@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.cli.main import main
 from dra_driver.slices import SliceSettings, build_resource_slices
-from dra_driver.slices.builder import Shape
+from tests.support import objects
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "examples" / "simulate" / "queues.yaml"
@@ -29,16 +30,13 @@ CLASS = {
 
 def slices(node: str, gpus: int) -> list[dict[str, Any]]:
     backend = FakeBackend.from_spec(f"H100-SXM5-80GB:{gpus}", node)
-    return build_resource_slices(backend.inventory(), SliceSettings(shapes=frozenset({Shape.GPU})))
+    return build_resource_slices(
+        backend.inventory(), SliceSettings(shapes=frozenset({DeviceType.GPU}))
+    )
 
 
 def template(namespace: str) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu"}}
-    return {
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"namespace": namespace, "name": "one-gpu"},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
+    return objects.template("one-gpu", objects.request("gpu", "gpu"), namespace=namespace)
 
 
 def pod(
@@ -47,15 +45,14 @@ def pod(
     annotations = {"sim.dra-driver.dev/arrival": str(arrival)}
     if departure is not None:
         annotations["sim.dra-driver.dev/departure"] = str(departure)
-    return {
-        "kind": "Pod",
-        "metadata": {"namespace": namespace, "name": name, "annotations": annotations},
-        "spec": {
-            "priority": priority,
-            "containers": [{"name": "c"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-        },
-    }
+    return objects.pod(
+        name,
+        templates={"gpu": "one-gpu"},
+        namespace=namespace,
+        annotations=annotations,
+        containers=[{"name": "c"}],
+        priority=priority,
+    )
 
 
 def queue(name: str, **spec: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from controller.informer import Event, key_of
 from controller.view import ClusterView
 from dra_driver.allocator import AllocationMode
 from dra_driver.noderesources import NodeUsage, Resources
+from tests.support import objects
 
 GI = 2**30
 
@@ -21,23 +22,15 @@ def pod(
     claims: list[str] | None = None,
     **status: Any,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
-    }
-    if node:
-        spec["nodeName"] = node
-    if claims:
-        spec["resourceClaims"] = [
-            {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
-        ]
-    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": status}
+    container = {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+    placed = {"nodeName": node} if node else {}
+    return objects.pod(
+        name, claims or (), namespace="ns", containers=[container], status=status, **placed
+    )
 
 
 def node(name: str, cpu: str = "8", memory: str = "16Gi", pods: str = "110") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods}},
-    }
+    return objects.node(name, allocatable={"cpu": cpu, "memory": memory, "pods": pods})
 
 
 def claim(name: str, on: str | None = None) -> dict[str, Any]:

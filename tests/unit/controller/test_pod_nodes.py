@@ -7,20 +7,17 @@ from typing import Any
 import pytest
 
 from controller.pod_nodes import eligible_nodes, tolerates
+from tests.support import objects
 
 
 def node(
     name: str, *, ready: bool = True, labels: dict[str, str] | None = None, **spec: Any
 ) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+    return objects.node(name, labels=labels or {}, ready=ready, **spec)
 
 
 def pod(**spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "default"}, "spec": spec}
+    return objects.pod("p", **spec)
 
 
 NODES = [

@@ -138,7 +138,7 @@ async def passes(daemon: ControllerDaemon, count: int = 1) -> None:
     for _ in range(count):
         await daemon.reconciler.run_pass()
         due = daemon.reconciler.next_deadline()
-        if due is not None and daemon.reconciler._settling:
+        if due is not None and daemon.reconciler.state.settling:
             await eventually(lambda d=due: time.monotonic() >= d, what="the settle time")
             await daemon.reconciler.run_pass()
 
@@ -318,6 +318,30 @@ async def test_pods_within_the_guarantee_are_never_evicted(
         # Reclaim could not help: the allocator's explanation is made and shown after all.
         assert "no node fits (1 tried): node-1:" in found["message"]
         assert "already allocated" in found["message"]
+    finally:
+        daemon.stop_watches()
+
+
+async def test_across_organisations_a_team_inside_its_organisations_guarantee_keeps_its_pods(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # Team a holds a GPU past its own guarantee, but its organisation holds only its own two:
+    # team b of another organisation, short of its guarantee, finds nothing borrowed.
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "org-x", guaranteed={"gpu": "2"})
+    queue(api, "a", parent="org-x", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "org-y", guaranteed={"gpu": "1"})
+    queue(api, "b", parent="org-y", namespaces=["qb"], guaranteed={"gpu": "1"})
+    daemon = await a_borrows_two(cluster, api)
+    try:
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        await passes(daemon)
+        assert read_pod(cluster, "qa", "a1") is not None
+        assert read_pod(cluster, "qa", "a2") is not None
+        found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
+        assert found is not None
+        assert "no pod on borrowed capacity would make room" in found["message"]
     finally:
         daemon.stop_watches()
 

@@ -168,7 +168,7 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
         await settled(daemon)
         await daemon.reconciler.run_pass()  # the lift gets a 404: not an error
         assert daemon.reconciler.next_deadline() is None
-        assert ("default", "p") not in daemon.reconciler._queue
+        assert ("default", "p") not in daemon.reconciler.state.queue
 
 
 async def test_a_claim_deleted_before_the_write_is_decided_again(
@@ -1030,7 +1030,8 @@ async def test_a_pod_settling_does_not_hold_back_the_pods_queued_after_it(
         await daemon.reconciler.run_pass()
         # Our own writes come back through the watch and queue the settling pod again.
         await eventually(
-            lambda: ("default", "first") in daemon.reconciler._queue, what="the pod queued again"
+            lambda: ("default", "first") in daemon.reconciler.state.queue,
+            what="the pod queued again",
         )
         cluster.create_claim(claim("second", kind="mig"))
         cluster.create_pod(pod("second", ["second"]))
@@ -1069,6 +1070,60 @@ async def test_a_claim_still_reserved_for_a_finished_pod_is_kept_until_the_reser
         assert "allocation" not in (cluster.get_claim("c").get("status") or {})
         assert not cluster.get_claim("c")["metadata"].get("finalizers")
         assert deallocations(daemon) == 1
+
+
+async def test_a_claim_deleted_while_its_running_pod_reserves_it_keeps_its_devices(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    """Deleting a claim does not take its devices from the pod using them: until the pod lets go
+    of the reservation the claim stays allocated (and ours), and another claim waits for the
+    node's one GPU instead of being handed it while the pod runs."""
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    async with controlled(api, settle_s=0.0) as daemon:
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("p")
+        assert cluster.get_claim("c")["status"]["reservedFor"]
+        cluster.core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Running"}})
+        cluster.objects.delete_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", "c"
+        )
+        cluster.create_claim(claim("other"))
+        cluster.create_pod(pod("q", ["other"]))
+        await eventually(
+            lambda: daemon.view.claims[("default", "c")]["metadata"].get("deletionTimestamp"),
+            what="the deletion in the view",
+        )
+        await known(daemon, "q")
+        await daemon.reconciler.run_pass()
+        kept = cluster.get_claim("c")
+        assert kept["status"]["allocation"] and kept["status"]["reservedFor"]
+        assert kept["metadata"]["finalizers"] == [FINALIZER]
+        assert deallocations(daemon) == 0
+        assert cluster.gated("q")
+        assert "allocation" not in (cluster.get_claim("other").get("status") or {})
+        # The pod is gone from the node and the reservation with it: now the claim goes, and
+        # its GPU to the claim that waited.
+        cluster.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "resourceclaims", "c", {"status": {"reservedFor": None}}
+        )
+        await eventually(
+            lambda: (
+                ("default", "c") not in daemon.view.claims
+                or not daemon.view.claims[("default", "c")]["status"].get("reservedFor")
+            ),
+            what="the reservation gone in the view",
+        )
+        await daemon.reconciler.run_pass()
+        with pytest.raises(client.ApiException) as gone:
+            cluster.get_claim("c")
+        assert gone.value.status == 404
+        assert deallocations(daemon) == 1
+        await eventually(lambda: ("default", "c") not in daemon.view.claims, what="c gone")
+        await daemon.reconciler.run_pass()
+        assert not cluster.gated("q")
+        assert cluster.get_claim("other")["status"]["allocation"]
 
 
 def marked_claim(name: str) -> dict[str, Any]:

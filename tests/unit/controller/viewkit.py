@@ -11,6 +11,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import AllocationMode
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.slices import SliceSettings, build_resource_slices
+from tests.support import objects
 
 DRIVER = DEFAULT_DRIVER_NAME
 _rv = itertools.count(1)
@@ -30,58 +31,27 @@ def delete(view: ClusterView, resource: str, obj: dict[str, Any]) -> None:
     view.apply(Event("DELETED", resource, key_of(obj), stamped(dict(obj)), None))
 
 
-def device_class(kind: str) -> dict[str, Any]:
-    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
-    return {
-        "metadata": {"name": kind},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
 def node(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
+    return objects.node(name, labels={"kubernetes.io/hostname": name}, ready=True)
 
 
 def claim(name: str, count: int = 1, kind: str = "gpu", **status: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "req", "exactly": {"deviceClassName": kind, "count": count}}]
-            }
-        },
-    }
-    if status:
-        body["status"] = status
-    return body
+    """A claim for `count` devices of the class named `kind`; `status` as the API would hold it."""
+    request = objects.request("req", kind, count)
+    return objects.claim(name, request, uid=f"uid-{name}", status=status or None)
 
 
 def pod(name: str, claims: list[str], **labels: str) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "uid": f"uid-{name}",
-            "labels": dict(labels),
-        },
-        "spec": {
-            "containers": [{"name": "c", "image": "busybox"}],
-            "resourceClaims": [
-                {"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)
-            ],
-            "schedulingGates": [{"name": f"{DRIVER}/allocation"}],
-        },
-    }
+    """A pod the controller's gate holds."""
+    gate = f"{DRIVER}/allocation"
+    return objects.pod(name, claims, uid=f"uid-{name}", labels=labels, gates=[gate])
 
 
 def cluster(nodes: dict[str, str], mode: AllocationMode = AllocationMode.SCORED) -> ClusterView:
     """A view of `nodes` (name → fake GPU spec) with the gpu and mig classes."""
     view = ClusterView(mode)
     for kind in ("gpu", "mig"):
-        put(view, "deviceclasses", device_class(kind))
+        put(view, "deviceclasses", objects.device_class(kind, driver=DRIVER))
     for name, gpus in nodes.items():
         put(view, "nodes", node(name))
         backend = FakeBackend.from_spec(gpus, name)

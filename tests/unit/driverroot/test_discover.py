@@ -8,10 +8,10 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from dra_driver.cdi.nvidia import CONTROL_NODES
-from dra_driver.driverroot import DriverRootError, discover, discover_device_nodes
+from dra_driver.driverroot import DriverRootError, discover, discover_device_nodes, driver_edits
 from dra_driver.driverroot.libraries import BINARIES, LIBRARIES
 from tests.support import fake_driver_root
-from tests.support.fake_driver_root import FIRMWARE, VERSION
+from tests.support.fake_driver_root import FIRMWARE, LEFTOVER_DIR, OLD_VERSION, VERSION
 
 LAYOUTS = ["ubuntu", "rhel"]
 
@@ -72,6 +72,52 @@ def test_optional_libraries_may_be_missing(tmp_path: Path) -> None:
     gone = ("libnvidia-fatbinaryloader.so", "libnvidia-compiler.so", "libnvidia-pkcs11.so")
     driver = discover(fake_driver_root.build(tmp_path, omit=gone).root)
     assert {lib.name for lib in driver.libraries} == set(LIBRARIES) - set(gone)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("leftover_first", [True, False], ids=["old-listed-first", "old-last"])
+def test_the_running_drivers_libraries_win_over_an_older_drivers_leftovers(
+    tmp_path: Path, layout: str, leftover_first: bool
+) -> None:
+    """A node upgraded in place may keep an older driver's copies, with soname links to them,
+    in its linker cache: the container must get the files of the version NVML reports (as the
+    NVIDIA container toolkit does), in whichever order the cache lists the two, or CUDA fails at
+    start with a driver/library version mismatch."""
+    fake = fake_driver_root.build(
+        tmp_path, layout=layout, leftover=OLD_VERSION, leftover_first=leftover_first
+    )
+    driver = discover(fake.root, VERSION)
+    assert [lib.name for lib in driver.libraries] == list(LIBRARIES)
+    for library in driver.libraries:
+        assert library.file == fake.library_file(library.name), library.name
+        soname = fake.soname(library.name)
+        assert library.sonames == (() if soname == library.file.name else (soname,)), library.name
+    mounted = [m.host_path for m in driver_edits(driver, dev_root=fake.dev).mounts]
+    assert str(fake.root) + str(fake.library_file("libcuda.so")) in mounted
+    assert not [path for path in mounted if OLD_VERSION in path or str(LEFTOVER_DIR) in path]
+
+
+@pytest.mark.parametrize("ld_cache", [True, False], ids=["ld-cache", "directories"])
+def test_the_running_drivers_file_wins_over_a_soname_link_to_another_version_beside_it(
+    tmp_path: Path, ld_cache: bool
+) -> None:
+    """After an in-place downgrade ldconfig links each soname to the highest version in the
+    directory, the newer leftover: the cache then names only `libcuda.so.1`, which leads to the
+    wrong file. The file named for the version NVML reports is the one the container needs."""
+    fake = fake_driver_root.build(tmp_path, layout="rhel", ld_cache=ld_cache)
+    libs = fake.root / "usr/lib64"
+    newer = "590.44.01"
+    for name in ("libcuda.so", "libnvidia-ml.so"):
+        (libs / f"{name}.{newer}").write_bytes(b"\x7fELF newer")
+        (libs / fake.soname(name)).unlink()
+        os.symlink(f"{name}.{newer}", libs / fake.soname(name))
+    driver = discover(fake.root, VERSION)
+    for name in ("libcuda.so", "libnvidia-ml.so"):
+        library = driver.library(name)
+        assert library is not None
+        assert library.file == fake.library_file(name)
+        # The container still gets the soname, made to lead to the right file.
+        assert library.sonames == (fake.soname(name),)
 
 
 def test_the_nvml_version_picks_the_firmware_directory(tmp_path: Path) -> None:

@@ -191,3 +191,49 @@ def test_a_pod_evicted_in_the_pass_can_leave_the_next_one_protected() -> None:
     assert names(index.units(REQUESTER, gone={("ns", "B")})) == names(
         borrowed_units(ledger, [running[0], running[2]], REQUESTER)
     )
+
+
+def organisations() -> Ledger:
+    """Two organisations of two teams each; org-y's team y1 is the one short of its guarantee."""
+    tree = QueueTree.build(
+        [
+            q("org-x", guaranteed={"gpu": 4}),
+            q("x1", parent="org-x", guaranteed={"gpu": 1}),
+            q("x2", parent="org-x", guaranteed={"gpu": 1}),
+            q("org-y", guaranteed={"gpu": 4}),
+            q("y1", parent="org-y", guaranteed={"gpu": 2}),
+            q("y2", parent="org-y"),
+        ]
+    )
+    assert tree.problems == {}
+    return Ledger(tree, Amounts(12, 0))
+
+
+def test_across_organisations_a_team_is_judged_by_its_organisations_guarantee() -> None:
+    ledger = organisations()
+    # Team x1 is three GPUs past its own guarantee, but org-x holds only its guarantee of four:
+    # nothing of org-x is borrowed as team y1 of the other organisation sees it.
+    running = [
+        pod("x1-a", queue="x1", created="2025-01-01T00:00:00Z"),
+        pod("x1-b", queue="x1", created="2025-01-02T00:00:00Z"),
+        pod("x1-c", queue="x1", created="2025-01-03T00:00:00Z"),
+        pod("x2-a", queue="x2", priority=5, created="2025-01-04T00:00:00Z"),
+    ]
+    assert names(borrowed_units(ledger, running, "y1")) == []
+    # Once org-x passes its guarantee, its pods are ranked together: the one past four is
+    # borrowed, whichever team it belongs to; team x2's pod outranks every pod of x1.
+    late = pod("x2-late", queue="x2", created="2025-01-05T00:00:00Z")
+    assert names(borrowed_units(ledger, [*running, late], "y1")) == [["x2-late"]]
+    newest_of_x1 = pod("x1-d", queue="x1", created="2025-01-06T00:00:00Z")
+    assert names(borrowed_units(ledger, [*running, newest_of_x1], "y1")) == [["x1-d"]]
+
+
+def test_between_sibling_teams_each_team_is_judged_by_its_own_guarantee() -> None:
+    ledger = organisations()
+    running = [
+        pod("y2-a", queue="y2"),  # y2 has no guarantee of its own: all of it is borrowed
+        pod("x1-a", queue="x1"),
+        pod("x1-b", queue="x1", created="2025-01-02T00:00:00Z"),
+    ]
+    # y1's sibling y2 is judged alone; org-x (within its four) lends nothing.
+    assert names(borrowed_units(ledger, running, "y1")) == [["y2-a"]]

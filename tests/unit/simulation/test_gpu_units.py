@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot, Placer, Usage
 from dra_driver.backends.fake import FakeBackend
@@ -16,7 +17,6 @@ from dra_driver.simulation.gpu_units import GpuUnits
 from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.slices import SliceSettings, build_resource_slices
-from dra_driver.slices.builder import Shape
 from tests.bench.cluster import (
     cluster_slices,
     device_classes,
@@ -39,7 +39,7 @@ def test_each_physical_gpu_is_counted_once_whatever_is_published() -> None:
     assert GpuUnits(every_shape).capacity == 4
     backend = FakeBackend.from_spec("H100-SXM5-80GB:3", "n")
     whole_only = build_resource_slices(
-        backend.inventory(), SliceSettings(shapes=frozenset({Shape.GPU}))
+        backend.inventory(), SliceSettings(shapes=frozenset({DeviceType.GPU}))
     )
     assert GpuUnits(ClusterSnapshot.build(whole_only, device_classes())).capacity == 3
     nodes, slices, classes = cluster([_row("t", 2)])

@@ -1,13 +1,17 @@
 """Property test: a queued replay keeps guarantees, limits and the devices' books straight.
 
-Over random queue trees (one to three levels, guarantees that fit their parents and the cluster)
+Over random queue trees (two or three organisations, most with teams, one to three levels,
+guarantees that fit their parents and the cluster, limits on inner queues as well as on leaves)
 and random arrivals and departures of pods asking for one GPU, two GPUs or a MIG slice, on two
 nodes with two H100s each, after every step of the replay:
 
 (a) no waiting pod of a queue short of its guarantee, with `reclaim: Borrowed`, could be placed
     by evicting borrowed pods (the replay's own `choose_victims` and `fits` on that state);
-(b) every pod evicted held borrowed capacity: its queue held more than its guarantee, and the
-    pods ranked before it (priority, then age) already filled that guarantee;
+(b) every pod evicted held borrowed capacity, judged at the level the requester sees: between
+    two organisations the victim's organisation (a team past its own guarantee but inside its
+    organisation's lends nothing to another organisation), between sibling teams the team. That
+    queue and its descendants held more than its guarantee, and their pods ranked before the
+    victim (priority, then age) already filled it;
 (c) the independent checker accepts every allocation held at that moment (no double booking);
 (d) no queue holds more than its limit.
 
@@ -24,6 +28,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.backends.fake import FakeBackend
@@ -40,7 +45,6 @@ from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.queued import Eviction, QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.slices import SliceSettings, build_resource_slices
-from dra_driver.slices.builder import Shape
 
 DRIVER = DEFAULT_DRIVER_NAME
 CLUSTER_GPUS = 4
@@ -56,7 +60,7 @@ def _device_class(kind: str) -> dict[str, Any]:
 
 
 def _slices() -> list[dict[str, Any]]:
-    settings = SliceSettings(shapes=frozenset({Shape.GPU, Shape.MIG}))
+    settings = SliceSettings(shapes=frozenset({DeviceType.GPU, DeviceType.MIG}))
     out: list[dict[str, Any]] = []
     for node in ("n1", "n2"):
         backend = FakeBackend.from_spec("H100-SXM5-80GB:2", node)
@@ -100,7 +104,8 @@ class Plan:
 def _children(
     draw: st.DrawFn, parent: str | None, budget: int, depth: int, out: list[dict[str, Any]]
 ) -> None:
-    count = draw(st.integers(1 if parent is None else 0, 3 if parent is None else 2))
+    # At least two roots, so that reclaim across organisations (judged at their level) happens.
+    count = draw(st.integers(2 if parent is None else 0, 3 if parent is None else 2))
     left = budget
     for index in range(count):
         name = f"{parent or 'q'}-{index}" if parent else f"q{index}"
@@ -112,8 +117,11 @@ def _children(
         if parent is not None:
             spec["parent"] = parent
         spec["weight"] = draw(st.sampled_from([1, 1, 2]))
+        if draw(st.integers(0, 3)) == 0:
+            spec["limit"] = {"gpu": draw(st.integers(max(guarantee, 1), CLUSTER_GPUS))}
         out.append({"kind": "GpuQueue", "metadata": {"name": name}, "spec": spec})
-        if depth < 3 and draw(st.booleans()):
+        # Organisations mostly have teams (3 in 4), teams sometimes sub-teams (1 in 2).
+        if depth < 3 and draw(st.integers(0, 3)) > (0 if depth == 1 else 1):
             draw(_children(name, guarantee, depth + 1, out))
 
 
@@ -128,11 +136,6 @@ def plans(draw: st.DrawFn) -> Plan:
         namespace = f"ns-{leaf['metadata']['name']}"
         leaf["spec"]["namespaces"] = [namespace]
         namespaces.append(namespace)
-        # Limits only on leaves: an ancestor's limit could hold a child below its guarantee
-        # back for what its siblings borrow, which reclaim (by design) does not undo.
-        if draw(st.integers(0, 3)) == 0:
-            floor = int(leaf["spec"].get("guaranteed", {}).get("gpu", 0))
-            leaf["spec"]["limit"] = {"gpu": draw(st.integers(max(floor, 1), CLUSTER_GPUS))}
     namespaces.append("elsewhere")  # the default queue's
     pod = st.tuples(
         st.sampled_from(namespaces),
@@ -168,20 +171,45 @@ def _replay(plan: Plan) -> QueuedReplay:
     return replay
 
 
+def _lender(tree: QueueTree, victim: str, requester: str) -> str:
+    """(b)'s reading of whose guarantee protects `victim`'s pods from `requester`: walking down
+    from the victim's root, the first queue that is not also above (or equal to) the requester."""
+    above_requester: set[str] = set()
+    current: str | None = requester
+    while current is not None:
+        above_requester.add(current)
+        current = tree.queues[current].parent
+    chain: list[str] = []
+    current = victim
+    while current is not None:
+        chain.insert(0, current)
+        current = tree.queues[current].parent
+    return next(name for name in chain if name not in above_requester)
+
+
+def _under(tree: QueueTree, queue: str, ancestor: str) -> bool:
+    current: str | None = queue
+    while current is not None and current != ancestor:
+        current = tree.queues[current].parent
+    return current == ancestor
+
+
 def _check_eviction(eviction: Eviction, running: Sequence[Running], ledger: Ledger) -> None:
     """(b), counted independently of `borrowed_units`."""
-    spec = ledger.tree.queues[eviction.queue]
-    own = [r for r in running if r.queue == eviction.queue]
-    held = sum(r.amounts.gpu for r in own)
+    tree = ledger.tree
+    lender = _lender(tree, eviction.queue, eviction.by_queue)
+    spec = tree.queues[lender]
+    pods = [r for r in running if _under(tree, r.queue, lender)]
+    held = sum(r.amounts.gpu for r in pods)
     guarantee = spec.guaranteed.gpu or 0.0
-    assert held > guarantee + 1e-9, f"{eviction}: its queue held {held}, within {guarantee}"
-    victim = next(r for r in own if f"{r.key[0]}/{r.key[1]}" == eviction.pod)
+    assert held > guarantee + 1e-9, f"{eviction}: {lender} held {held}, within {guarantee}"
+    victim = next(r for r in pods if f"{r.key[0]}/{r.key[1]}" == eviction.pod)
     ahead = sum(
         r.amounts.gpu
-        for r in own
+        for r in pods
         if (-r.priority, r.created, r.key) <= (-victim.priority, victim.created, victim.key)
     )
-    assert ahead > guarantee + 1e-9, f"{eviction}: within its queue's guarantee"
+    assert ahead > guarantee + 1e-9, f"{eviction}: within the guarantee of {lender}"
     assert eviction.queue != eviction.by_queue
 
 
@@ -210,6 +238,42 @@ def _check_step(replay: QueuedReplay) -> None:
         units = borrowed_units(ledger, running, job.queue)
         found = choose_victims(units, replay.fits(job, ledger)) if units else None
         assert found is None, f"{job.key} of {job.queue} waits, yet evicting {found} makes room"
+
+
+def _queue(
+    name: str, parent: str | None = None, gpus: int = 0, leaf: bool = True
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"guaranteed": {"gpu": gpus}} if gpus else {}
+    if parent is not None:
+        spec["parent"] = parent
+    if leaf:
+        spec["namespaces"] = [f"ns-{name}"]
+    return {"kind": "GpuQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def test_reclaim_across_organisations_spares_a_team_inside_its_organisations_guarantee() -> None:
+    """The case (b) exists for, pinned: team x1 is a GPU past its own guarantee but org-x holds
+    no more than its own, so when team y1 of org-y reclaims, x1's pods are not borrowed (though
+    cheaper to evict than the default queue's): a default-queue pod goes."""
+    queues = [
+        _queue("org-x", gpus=2, leaf=False),
+        _queue("x1", "org-x", gpus=1),
+        _queue("org-y", gpus=2, leaf=False),
+        _queue("y1", "org-y", gpus=2),
+    ]
+    pods: list[tuple[str, str, int, int | None, int]] = [
+        ("ns-x1", "one-gpu", 0, None, 0),
+        ("ns-x1", "one-gpu", 0, None, 0),
+        ("elsewhere", "one-gpu", 0, None, 2),
+        ("elsewhere", "one-gpu", 0, None, 2),
+        ("ns-y1", "one-gpu", 1, None, 0),
+    ]
+    plan = Plan(queues, ["ns-x1", "ns-y1", "elsewhere"], pods, PodPolicy.FIRST_FIT)
+    replay = _replay(plan)
+    replay.on_evict = _check_eviction
+    for _ in replay.steps():
+        _check_step(replay)
+    assert [(e.queue, e.by_queue) for e in replay.evictions] == [("default", "y1")]
 
 
 @settings(

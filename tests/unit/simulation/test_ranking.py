@@ -29,7 +29,7 @@ from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.ranking import round9
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.simulation.rooms import unit_rooms
-from dra_driver.simulation.workload import Shape, shape_of
+from dra_driver.simulation.workload import PodShape, shape_of
 from tests.bench.traces import TracePod, cluster, pod_objects
 
 MODELS = ("T4", "V100", "A100")
@@ -70,7 +70,7 @@ def _fragmentation(
     node: str,
     avail: Sequence[float],
     free: Sequence[int],
-    weighted: Sequence[tuple[Shape, float]],
+    weighted: Sequence[tuple[PodShape, float]],
 ) -> float:
     """The expected fragmentation of `node`, one shape at a time, from the definition."""
     units = index.rooms.node(node)
@@ -97,7 +97,7 @@ def _fragmentation(
 
 
 def _expected(
-    sim: Cluster, shape: Shape, requests: Resources, weighted: Sequence[tuple[Shape, float]]
+    sim: Cluster, shape: PodShape, requests: Resources, weighted: Sequence[tuple[PodShape, float]]
 ) -> list[Choice]:
     """The ranking, node by node: one entry per group of nodes in equal states, its first node
     standing for it."""
@@ -193,7 +193,7 @@ def _replay_and_compare(
     return starved
 
 
-def _any_shape_failed(sim: Cluster, weighted: Sequence[tuple[Shape, float]]) -> bool:
+def _any_shape_failed(sim: Cluster, weighted: Sequence[tuple[PodShape, float]]) -> bool:
     for node in sim.nodes:
         free = sim.ledger.free(node)
         for shape, _ in weighted:

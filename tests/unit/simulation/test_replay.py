@@ -13,7 +13,7 @@ from dra_driver.checker.rules import check_allocations
 from dra_driver.noderesources import pod_requests
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
-from dra_driver.simulation.workload import Shape, shape_of
+from dra_driver.simulation.workload import PodShape, shape_of
 from tests.bench.traces import TracePod, cluster, pod_objects
 
 NODES = [
@@ -139,7 +139,7 @@ def test_equal_increases_go_to_the_fuller_node(fuller_first: bool) -> None:
     assert placement.node == ("b" if fuller_first else "a")
 
 
-def _shape(sim: Cluster, trace_pod: TracePod, index: int) -> Shape:
+def _shape(sim: Cluster, trace_pod: TracePod, index: int) -> PodShape:
     pod, templates = pod_objects(trace_pod, index)
     claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
     return shape_of(pod_requests(pod), [plan_claim(sim.snapshot, c) for c in claims])

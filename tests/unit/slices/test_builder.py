@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from api.device_type import DeviceType
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.backends.mig import create_mig_device
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.inventory.products import known_products
-from dra_driver.slices import Shape, check_limits
+from dra_driver.slices import check_limits
 from dra_driver.slices.attributes import to_semver
 from tests.unit.slices.conftest import devices_of
 
@@ -136,10 +137,10 @@ def test_shapes_setting_limits_what_is_published(inventory_of, build):
     inventory = inventory_of("A30-24GB:1")
     kinds = {
         d["attributes"]["type"]["string"]
-        for d in devices_of(build(inventory, shapes=frozenset({Shape.GPU, Shape.MIG})))
+        for d in devices_of(build(inventory, shapes=frozenset({DeviceType.GPU, DeviceType.MIG})))
     }
     assert kinds == {"gpu", "mig"}
-    devices = by_name(build(inventory, shapes=frozenset({Shape.GPU})))
+    devices = by_name(build(inventory, shapes=frozenset({DeviceType.GPU})))
     assert set(devices) == {"gpu-0"}
     # Without time-slice shares every slice counter is worth 1.
     assert consumed(devices["gpu-0"])["memory-slice-0"] == "1"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from dra_driver.checker.rules import Violation, check_allocations
-from tests.unit.allocator.test_checker import NIC, Obj, claim, cluster, device, devices_slice
-from tests.unit.allocator.test_checker import exactly as exactly_one
-from tests.unit.allocator.test_checker import result as result_of
+from tests.unit.checker.test_checker import NIC, Obj, claim, cluster, device, devices_slice
+from tests.unit.checker.test_checker import exactly as exactly_one
+from tests.unit.checker.test_checker import result as result_of
 
 
 def label_is(key: str, value: str) -> Obj:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checker.rules import MalformedInputError, Violation, check_allocations
-from tests.unit.allocator.test_checker import (
+from tests.unit.checker.test_checker import (
     GPU,
     NIC,
     Obj,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checker.rules import Violation, check_allocations
+from tests.support import objects
 from tests.unit.allocator.reference import TooManyCandidatesError, first_fit_reference
 
 GPU = "gpu.example.com"
@@ -177,20 +178,20 @@ def claim(
     constraints: list[Obj] | None = None,
     claim_config: list[Obj] | None = None,
 ) -> Obj:
-    spec: Obj = {"devices": {"requests": requests}}
+    devices: Obj = {}
     if constraints:
-        spec["devices"]["constraints"] = constraints
+        devices["constraints"] = constraints
     if claim_config:
-        spec["devices"]["config"] = claim_config
-    obj: Obj = {"metadata": {"namespace": "default", "name": name}, "spec": spec}
+        devices["config"] = claim_config
+    status = None
     if results is not None:
         allocation: Obj = {"devices": {"results": results}}
         if config:
             allocation["devices"]["config"] = config
         if node is not None:
             allocation["nodeSelector"] = on_node(node)
-        obj["status"] = {"allocation": allocation}
-    return obj
+        status = {"allocation": allocation}
+    return objects.claim(name, *requests, status=status, **devices)
 
 
 def exactly(name: str, device_class: str = "gpu", **fields: Any) -> Obj:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dra_driver.checker.rules import Violation, check_allocations
-from tests.unit.allocator.test_checker import (
+from tests.unit.checker.test_checker import (
     GPU,
     NIC,
     WHOLE_GPU,

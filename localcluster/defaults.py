@@ -1,0 +1,14 @@
+"""Defaults shared by the local cluster's classes and its commands.
+
+They live here, in a module that imports nothing, so that the commands can show them in their
+help without loading the HTTP server, and the classes can take them without importing the
+command modules that register themselves with `dra-driver`.
+"""
+
+from __future__ import annotations
+
+DEFAULT_WATCH_HISTORY = 1000
+"""Events kept for watches to resume from (`ApiServer`, `LocalCluster`, both commands)."""
+
+DEFAULT_GPUS = "H100-SXM5-80GB:8"
+"""Every node's fake GPUs (`LocalCluster` and `dra-driver local-cluster --gpus`)."""
