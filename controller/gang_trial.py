@@ -18,7 +18,7 @@ from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import ZERO, Amounts, Ledger, Running, allocation_amounts
-from dra_driver.queues.spec import format_gpu
+from dra_driver.queues.gang_reclaim import gang_admissible
 
 
 def _name(pod: Obj) -> str:
@@ -111,21 +111,7 @@ class ViewGangTrial:
         state.placed = None
 
     def admissible(self, freed: Sequence[Running]) -> str | None:
-        asks = self.asks()
-        spec = self.ledger.tree.queues[self.queue]
-        used = self.ledger.used(self.queue)
-        if not spec.guaranteed.covers(used + asks):
-            return (
-                f"the gang asks {format_gpu(asks.gpu)} GPUs, more than queue {self.queue}'s "
-                "guarantee leaves it"
-            )
-        for victim in freed:
-            self.ledger.remove(victim.queue, victim.amounts)
-        try:
-            return self.ledger.refusal(self.queue, asks)
-        finally:
-            for victim in freed:
-                self.ledger.add(victim.queue, victim.amounts)
+        return gang_admissible(self.ledger, self.queue, self.asks(), freed)
 
     def lacking(self, member: int) -> str:
         return self._members[member].why

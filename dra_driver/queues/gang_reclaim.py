@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dra_driver.queues.fairness import Ledger
 from dra_driver.queues.reclaim import Fits, Running, Unit, choose_victims
+from dra_driver.queues.spec import Amounts, format_gpu
 
 
 class GangTrial(Protocol):
@@ -61,6 +63,29 @@ class GangVictims:
     @property
     def pods(self) -> list[Running]:
         return [p for u in self.units for p in u.pods]
+
+
+def gang_admissible(
+    ledger: Ledger, queue: str, asks: Amounts, freed: Sequence[Running]
+) -> str | None:
+    """Why queue `queue` may not take a gang asking `asks` once `freed` are gone (None: it may).
+
+    Reclaim only ever gives a queue back its guarantee, so a gang that would pass it is refused
+    before the queue limits are asked; the ledger is put back as it was either way. The
+    controller's trial and `simulate`'s replay both ask this, so they refuse alike."""
+    spec = ledger.tree.queues[queue]
+    if not spec.guaranteed.covers(ledger.used(queue) + asks):
+        return (
+            f"the gang asks {format_gpu(asks.gpu)} GPUs, more than queue {queue}'s "
+            "guarantee leaves it"
+        )
+    for victim in freed:
+        ledger.remove(victim.queue, victim.amounts)
+    try:
+        return ledger.refusal(queue, asks)
+    finally:
+        for victim in freed:
+            ledger.add(victim.queue, victim.amounts)
 
 
 def _pods(units: Sequence[Unit]) -> list[Running]:

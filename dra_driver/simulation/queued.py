@@ -53,8 +53,8 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
-from dra_driver.queues.gang_reclaim import choose_gang_victims
-from dra_driver.queues.spec import format_gpu, pod_priority
+from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
+from dra_driver.queues.spec import pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
 
 _DEPART = 0
@@ -528,23 +528,10 @@ class _ReplayGangTrial:
             self.replay.cluster.release_pod(placement)
 
     def admissible(self, freed: Sequence[Running]) -> str | None:
-        queue = self.unit[0].queue
         asks = ZERO
         for placement in self.placed.values():
             asks = asks + self.replay.amounts(placement.allocations or [])
-        spec = self.replay.tree.queues[queue]
-        if not spec.guaranteed.covers(self.ledger.used(queue) + asks):
-            return (
-                f"the gang asks {format_gpu(asks.gpu)} GPUs, more than queue {queue}'s "
-                "guarantee leaves it"
-            )
-        for victim in freed:
-            self.ledger.remove(victim.queue, victim.amounts)
-        try:
-            return self.ledger.refusal(queue, asks)
-        finally:
-            for victim in freed:
-                self.ledger.add(victim.queue, victim.amounts)
+        return gang_admissible(self.ledger, self.unit[0].queue, asks, freed)
 
     def lacking(self, member: int) -> str:
         return self.why.get(member, "")
