@@ -8,10 +8,12 @@ API server, handed to `simulate` in a file or fed to the controller's view.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from api.device_type import DeviceType
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.checkpoint import ClaimRecord, ClaimState, DeviceRecord
 
 Obj = dict[str, Any]
 
@@ -159,3 +161,24 @@ def node(
     if status:
         body["status"] = status
     return body
+
+
+def claim_record(
+    uid: str,
+    devices: Sequence[tuple[str, DeviceType, int]],
+    *,
+    pool: str = "node",
+    state: ClaimState = ClaimState.PREPARE_STARTED,
+) -> ClaimRecord:
+    """A checkpoint record of claim `uid` in namespace `ns`, one request `r`, holding each
+    (device name, kind, GPU minor) of `devices` in `pool`."""
+    return ClaimRecord(
+        uid=uid,
+        namespace="ns",
+        name=f"claim-{uid}",
+        state=state,
+        devices=tuple(
+            DeviceRecord(("r",), pool, name, (f"k/gpu={uid}-{i}",), device_type=kind, minor=minor)
+            for i, (name, kind, minor) in enumerate(devices)
+        ),
+    )

@@ -14,9 +14,9 @@ from dra_driver.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     ClaimState,
-    DeviceRecord,
 )
 from kubeletplugin.prepare.journal import CheckpointJournal
+from tests.support import objects
 
 BOOT = "boot-1"
 
@@ -24,23 +24,8 @@ BOOT = "boot-1"
 def _claim(
     uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED, devices: int = 1
 ) -> ClaimRecord:
-    return ClaimRecord(
-        uid=uid,
-        namespace="ns",
-        name=f"claim-{uid}",
-        state=state,
-        devices=tuple(
-            DeviceRecord(
-                ("r",),
-                "node",
-                f"gpu-{i}",
-                (f"k/gpu={uid}-{i}",),
-                device_type=DeviceType.GPU,
-                minor=i,
-            )
-            for i in range(devices)
-        ),
-    )
+    held = [(f"gpu-{i}", DeviceType.GPU, i) for i in range(devices)]
+    return objects.claim_record(uid, held, state=state)
 
 
 class GatedStore(CheckpointStore):

@@ -15,7 +15,6 @@ from dra_driver.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     ClaimState,
-    DeviceRecord,
     MigInstanceRecord,
 )
 from dra_driver.inventory.model import Inventory, MigPlacement
@@ -23,6 +22,7 @@ from kubeletplugin.prepare import faults
 from kubeletplugin.prepare.journal import CheckpointJournal
 from kubeletplugin.prepare.mig_ops import MigOperations, dynamic_instances
 from kubeletplugin.prepare.targets import OnDemandMig, resolve_target
+from tests.support import objects
 
 BOOT = "boot-1"
 DEVICE = "gpu-1-mig-3g40gb-4"  # 3g.40gb at memory slice 4 of GPU 1
@@ -55,17 +55,7 @@ def store(tmp_path: Path) -> CheckpointStore:
 
 
 def _started(uid: str, device: str = DEVICE) -> ClaimRecord:
-    return ClaimRecord(
-        uid=uid,
-        namespace="ns",
-        name=f"claim-{uid}",
-        state=ClaimState.PREPARE_STARTED,
-        devices=(
-            DeviceRecord(
-                ("r",), "node-a", device, (f"k/gpu={uid}",), device_type=DeviceType.MIG, minor=1
-            ),
-        ),
-    )
+    return objects.claim_record(uid, [(device, DeviceType.MIG, 1)], pool="node-a")
 
 
 def _operations(

@@ -20,8 +20,6 @@ from dra_driver.checkpoint import (
     Checkpoint,
     CheckpointStore,
     ClaimRecord,
-    ClaimState,
-    DeviceRecord,
 )
 from dra_driver.processes import process_alive
 from kubeletplugin.mps.daemon import MpsControl
@@ -31,6 +29,7 @@ from kubeletplugin.prepare.journal import CheckpointJournal
 from kubeletplugin.prepare.locks import GpuLocks
 from kubeletplugin.prepare.mps_lifecycle import MpsLifecycle
 from kubeletplugin.prepare.sharing import MpsLimits
+from tests.support import objects
 
 BOOT = "boot-1"
 UUID = "GPU-00000000-0000-0000-0000-000000000001"
@@ -67,22 +66,7 @@ class Node:
 
 
 def _claim(uid: str) -> ClaimRecord:
-    return ClaimRecord(
-        uid=uid,
-        namespace="ns",
-        name=f"claim-{uid}",
-        state=ClaimState.PREPARE_STARTED,
-        devices=(
-            DeviceRecord(
-                ("r",),
-                "node",
-                "gpu-0-shared",
-                (f"k/gpu={uid}",),
-                device_type=DeviceType.SHARED,
-                minor=0,
-            ),
-        ),
-    )
+    return objects.claim_record(uid, [("gpu-0-shared", DeviceType.SHARED, 0)])
 
 
 def _manager(root: Path, **options: int) -> MpsManager:
