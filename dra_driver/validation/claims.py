@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from dra_driver.validation import decoding
@@ -95,11 +95,8 @@ def claim_spec(spec: Obj, field: str) -> list[FieldError]:
     names: dict[str, set[str]] = {}
     for index, raw in enumerate(requests):
         where = f"{field}.requests[{index}]"
-        request = decoding.item_mapping(raw, where)
-        name = decoding.string(request, "name", f"{where}.name")
-        errors += _name(name, f"{where}.name", dns1123_label)
-        if name in names:
-            errors.append(duplicate(where, name))
+        request, name, problems = _named_item(raw, where, names)
+        errors += problems
         subs, problems = _request(request, where)
         names[name] = subs
         errors += problems
@@ -140,14 +137,22 @@ def _request(request: Obj, field: str) -> tuple[set[str], list[FieldError]]:
     subs: set[str] = set()
     for index, raw in enumerate(first):
         where = f"{field}.firstAvailable[{index}]"
-        sub = decoding.item_mapping(raw, where)
-        name = decoding.string(sub, "name", f"{where}.name")
-        errors += _name(name, f"{where}.name", dns1123_label)
-        if name in subs:
-            errors.append(duplicate(where, name))
+        sub, name, problems = _named_item(raw, where, subs)
+        errors += problems
         subs.add(name)
         errors += _exact(sub, where)
     return subs, errors
+
+
+def _named_item(raw: object, where: str, seen: Container[str]) -> tuple[Obj, str, list[FieldError]]:
+    """A request or subrequest: the object, its DNS-label name, and what is wrong with the name
+    (invalid, or already used by an earlier item of the same list)."""
+    item = decoding.item_mapping(raw, where)
+    name = decoding.string(item, "name", f"{where}.name")
+    errors = _name(name, f"{where}.name", dns1123_label)
+    if name in seen:
+        errors.append(duplicate(where, name))
+    return item, name, errors
 
 
 def _exact(request: Obj, field: str) -> list[FieldError]:
