@@ -31,6 +31,8 @@ cd "$ROOT"
 PLUGIN="tests/integration/plugin"
 # The checker's unit tests, not the property tests that also run it (seconds a mutant).
 CHECKER="tests/unit/checker"
+# The embedded API server's tests: one server per test file, in-process, so mutmut sees it.
+APISERVER="tests/integration/apiserver"
 declare -A TESTS=(
   [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
 $PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"
@@ -55,6 +57,18 @@ tests/unit/controller/test_queues.py"
   [dra_driver.checker.rules]="$CHECKER"
   [dra_driver.checker.inputs]="$CHECKER"
   [dra_driver.checker.cel_device]="$CHECKER"
+  [dra_driver.queues]="tests/unit/queues tests/unit/controller/test_queues.py"
+  [controller.queueing]="tests/unit/controller/test_queues.py"
+  [controller.evictions]="tests/unit/controller/test_queues.py"
+  [dra_driver.driverroot]="tests/unit/driverroot tests/unit/kubeletplugin/test_container_edits.py \
+$PLUGIN/test_driver_root.py"
+  [dra_driver.noderesources]="tests/unit/test_noderesources.py tests/unit/controller/test_node_load.py"
+  [controller.node_load]="tests/unit/controller/test_node_load.py tests/integration/allocation/test_node_resources.py"
+  [kubeletplugin.mps]="tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
+  [localcluster.storage]="$APISERVER/test_crud.py $APISERVER/test_patch.py $APISERVER/test_strategic_patch.py \
+$APISERVER/test_status_subresource.py $APISERVER/test_selectors.py $APISERVER/test_lifecycle.py \
+$APISERVER/test_watch.py $APISERVER/test_eviction.py"
+  [localcluster.watch]="$APISERVER/test_watch.py $APISERVER/test_lifecycle.py $APISERVER/test_crud.py"
 )
 ORDER=(
   dra_driver.checkpoint
@@ -71,6 +85,15 @@ ORDER=(
   controller.decide
   dra_driver.checker
   controller.reconciler
+  dra_driver.queues
+  controller.queueing
+  controller.evictions
+  dra_driver.driverroot
+  dra_driver.noderesources
+  controller.node_load
+  kubeletplugin.mps
+  localcluster.storage
+  localcluster.watch
 )
 
 all_tests=0
