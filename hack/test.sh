@@ -13,4 +13,6 @@ ruff format --check .
 echo "==> mypy --strict"
 mypy
 echo "==> pytest"
-pytest "$@"
+# One worker per core (pytest-xdist): tests own their servers, ports (0) and directories, so they
+# run side by side; "-n 0" among the arguments runs them in this process instead.
+pytest -n auto "$@"
