@@ -14,5 +14,6 @@ echo "==> mypy --strict"
 mypy
 echo "==> pytest"
 # One worker per core (pytest-xdist): tests own their servers, ports (0) and directories, so they
-# run side by side; "-n 0" among the arguments runs them in this process instead.
-pytest -n auto "$@"
+# run side by side. A file's tests stay together, in order, on one worker (its module fixtures,
+# such as an API server, are made once). "-n 0" among the arguments runs them in this process.
+pytest -n auto --dist loadfile "$@"
