@@ -15,6 +15,7 @@ import structlog.testing
 
 from dra_driver.backends.fake import mps_control as fake_mps_control
 from dra_driver.processes import process_alive
+from kubeletplugin.mps import daemon as daemon_module
 from kubeletplugin.mps.daemon import CONTROL_PIPE, PID_FILE, DaemonDirs, MpsControl, MpsError
 from tests.support.polling import eventually
 
@@ -335,3 +336,43 @@ async def test_a_daemon_that_quits_is_waited_for(tmp_path: Path) -> None:
     with structlog.testing.capture_logs() as logs:
         await control.quit(UUID, dirs, pid)
     assert not process_alive(pid) and logs == []
+
+
+async def test_a_daemon_that_comes_up_after_the_tool_returns_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """The real tool may return before its daemon listens; the start waits for the pid file and
+    the pipe."""
+    fake = f'"{sys.executable}" -S "{fake_mps_control.__file__}"'
+    tool = _script(tmp_path, f"(sleep 0.5; exec {fake} -d) >/dev/null 2>&1 &\nexit 0\n")
+    control = MpsControl([str(tool)], timeout_s=20)
+    dirs = _dirs(tmp_path)
+    pid = await control.start(UUID, dirs)
+    try:
+        assert control.running_pid(dirs) == pid
+    finally:
+        await _fake().quit(UUID, dirs, pid)
+    assert not process_alive(pid)
+
+
+async def test_without_proc_a_live_pid_in_the_pid_file_is_the_daemon(
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where no /proc tells what a process is, the pid file and a live pid are all there is."""
+    other = await _stand_in(processes, tmp_path, "something-else", ignore_term=False)
+    dirs = _dirs(tmp_path)
+    _pid_file(dirs, other)
+    control = MpsControl(["unused"])
+    assert control.running_pid(dirs) is None
+
+    class NoProc:
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def read_bytes(self) -> bytes:
+            raise FileNotFoundError(2, "No such file or directory", self.path)
+
+    monkeypatch.setattr(daemon_module, "Path", NoProc)
+    assert control.running_pid(dirs) == other
