@@ -12,7 +12,9 @@ import pytest
 from dra_driver.cdi.nvidia import CONTROL_NODES
 from dra_driver.driverroot import DriverRootError, discover, discover_device_nodes, driver_edits
 from dra_driver.driverroot.ldcache import (
+    FLAG_AARCH64_LIB64,
     FLAG_ELF_LIBC6,
+    FLAG_X8664_LIB64,
     FLAG_X8664_LIBX32,
     CacheEntry,
     build_ld_cache,
@@ -156,8 +158,9 @@ def test_a_missing_driver_root_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(DriverRootError, match=f"driver root {tmp_path / 'nope'} does not exist"):
         discover(tmp_path / "nope")
     (tmp_path / "file").write_text("")
-    with pytest.raises(DriverRootError, match="is not a directory"):
+    with pytest.raises(DriverRootError) as caught:
         discover(tmp_path / "file")
+    assert str(caught.value) == f"driver root {tmp_path / 'file'} is not a directory"
 
 
 def test_a_root_without_the_driver_is_an_error_naming_it(tmp_path: Path) -> None:
@@ -167,6 +170,7 @@ def test_a_root_without_the_driver_is_an_error_naming_it(tmp_path: Path) -> None
     message = str(caught.value)
     assert f"driver root {tmp_path} has no libcuda.so or libnvidia-ml.so" in message
     assert str(tmp_path / "usr/lib64") in message
+    assert message.endswith("); is the NVIDIA driver installed there?")
 
 
 def test_a_cache_without_libcuda_is_an_error(tmp_path: Path) -> None:
@@ -197,8 +201,12 @@ def test_a_libcuda_without_a_version_needs_one_given(tmp_path: Path) -> None:
     libs = fake.root / "usr/lib64"
     (libs / "libcuda.so.1").unlink()
     (libs / f"libcuda.so.{VERSION}").rename(libs / "libcuda.so.1")
-    with pytest.raises(DriverRootError, match="cannot tell the driver version"):
+    with pytest.raises(DriverRootError) as caught:
         discover(fake.root)
+    assert str(caught.value) == (
+        f"cannot tell the driver version under {fake.root}: /usr/lib64/libcuda.so.1 is not "
+        "named libcuda.so.<version>"
+    )
     assert discover(fake.root, VERSION).version == VERSION
 
 
@@ -381,7 +389,7 @@ def test_device_nodes_are_listed_in_numeric_order(tmp_path: Path) -> None:
     fake = fake_driver_root.build(tmp_path, gpus=0)
     for name in ("nvidia10", "nvidia2", "nvidia-uvm2", "nvidiafoo"):
         (fake.dev / name).write_bytes(b"")
-    for name in ("nvidia-cap10", "nvidia-cap3", "nvidia-cap", "nvidia-cap3a"):
+    for name in ("nvidia-cap10", "nvidia-cap3", "nvidia-cap", "nvidia-cap3a", "nvidia-cap0"):
         (fake.dev / "nvidia-caps" / name).write_bytes(b"")
     nodes = discover_device_nodes(fake.dev, ("nvidiactl", "nvidia-nonesuch"))
     assert nodes.control == ("nvidiactl",)
@@ -390,6 +398,7 @@ def test_device_nodes_are_listed_in_numeric_order(tmp_path: Path) -> None:
         f"nvidia-caps/{n}"
         for n in (
             "nvidia-cap",
+            "nvidia-cap0",
             "nvidia-cap1",
             "nvidia-cap2",
             "nvidia-cap3",
@@ -397,3 +406,47 @@ def test_device_nodes_are_listed_in_numeric_order(tmp_path: Path) -> None:
             "nvidia-cap3a",
         )
     )
+
+
+def test_a_copy_for_another_64_bit_machine_is_passed_over(tmp_path: Path) -> None:
+    """A cache may list libraries of another architecture (a multiarch host); only those of
+    this machine's ABI are loaded."""
+    fake = fake_driver_root.build(tmp_path, layout="rhel")
+    native = native_abi()
+    foreign = FLAG_AARCH64_LIB64 if native == FLAG_X8664_LIB64 else FLAG_X8664_LIB64
+    other = fake.root / "usr/lib/foreign"
+    other.mkdir(parents=True)
+    (other / f"libcuda.so.{VERSION}").write_bytes(b"\x7fELF foreign")
+    os.symlink(f"libcuda.so.{VERSION}", other / "libcuda.so.1")
+    _add_to_cache(
+        fake.root,
+        CacheEntry("libcuda.so.1", "/usr/lib/foreign/libcuda.so.1", FLAG_ELF_LIBC6 | foreign),
+    )
+    cuda = discover(fake.root).library("libcuda.so")
+    assert cuda is not None and cuda.file == fake.library_file("libcuda.so")
+
+
+def test_the_listed_file_of_the_version_wins_over_an_unlisted_one_beside_a_leftover(
+    tmp_path: Path,
+) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel", leftover=OLD_VERSION)
+    leftover = fake.root / LEFTOVER_DIR.relative_to("/")
+    (leftover / f"libcuda.so.{VERSION}").write_bytes(b"\x7fELF stray")
+    cuda = discover(fake.root, VERSION).library("libcuda.so")
+    assert cuda is not None and cuda.file == fake.library_file("libcuda.so")
+
+
+def test_a_directory_named_like_a_library_is_not_one(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel", ld_cache=False)
+    libs = fake.root / "usr/lib64"
+    for name in (f"libnvidia-nvvm.so.{VERSION}", "libnvidia-nvvm.so.4"):
+        (libs / name).unlink()
+    (libs / "libnvidia-nvvm.so.4").mkdir()
+    assert discover(fake.root).library("libnvidia-nvvm.so") is None
+
+
+def test_sockets_of_daemons_that_do_not_run_are_left_out(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel")
+    (fake.root / "run/nvidia-fabricmanager/socket").unlink()
+    sockets = discover(fake.root).sockets
+    assert [str(f.path) for f in sockets] == ["/run/nvidia-persistenced/socket"]

@@ -98,6 +98,9 @@ def test_the_header_counts_entries_and_string_bytes_as_ldconfig_writes_them() ->
     magic, count, strings, endian, extension = struct.unpack_from("<20sIIB3xI12x", data)
     assert (magic, count, endian, extension) == (b"glibc-ld.so.cache1.1", 3, 2, 0)
     assert strings == len(data) - 48 - 3 * 24
+    for index, entry in enumerate(ENTRIES):
+        flags, _, _, os_version, hwcap = struct.unpack_from("<iIIIQ", data, 48 + 24 * index)
+        assert (flags, os_version, hwcap) == (entry.flags, 0, 0)
     assert data.endswith(b"/usr/lib64/libc.so.6\0")
 
 
@@ -158,3 +161,20 @@ def test_native_abi_of_this_machine_and_of_names_in_capitals() -> None:
     assert native_abi("AMD64") == FLAG_X8664_LIB64
     assert native_abi() == native_abi(platform.machine())
     assert native_abi("") == native_abi(platform.machine())
+
+
+def test_a_name_outside_the_file_names_the_cache_and_the_entry() -> None:
+    data = bytearray(build_ld_cache(ENTRIES[:2]))
+    struct.pack_into("<I", data, 48 + 24 + 4, len(data) + 100)  # the second entry's name
+    with pytest.raises(DriverRootError) as caught:
+        parse_ld_cache(bytes(data), "/root/etc/ld.so.cache")
+    assert str(caught.value) == (
+        "linker cache /root/etc/ld.so.cache: entry 1 points outside the file"
+    )
+
+
+def test_an_old_table_too_long_for_the_file_leaves_no_new_header() -> None:
+    old = OLD_MAGIC + b"\0" + struct.pack("<I", 0xFFFFFFFF)
+    with pytest.raises(DriverRootError) as caught:
+        parse_ld_cache(old + build_ld_cache(ENTRIES), "cache")
+    assert str(caught.value) == "linker cache cache is truncated (no complete header)"
