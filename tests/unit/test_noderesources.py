@@ -334,6 +334,8 @@ def test_subtraction_goes_below_zero_and_maximum_takes_names_from_both() -> None
     assert a - {"memory": 5} == Resources({"cpu": 1000, "memory": -5})
     assert a.maximum({"memory": 5, "cpu": 500}) == Resources({"cpu": 1000, "memory": 5})
     assert Resources({"cpu": -3}).maximum({"cpu": -7}) == Resources({"cpu": -3})
+    # Absent means zero, also when the other side is below it.
+    assert Resources().maximum({"cpu": -2}) == Resources()
 
 
 @pytest.mark.parametrize(
@@ -452,6 +454,8 @@ def test_other_resources_are_checked_after_the_first_ones_by_name() -> None:
         ("ephemeral-storage", 5 * MI // 2, "2.5Mi"),
         ("cpu", 1, "0.001"),
         ("cpu", 0, "0"),
+        ("cpu", 10000, "10"),
+        ("cpu", 120000, "120"),
         ("pods", 110, "110"),
     ],
 )
