@@ -376,3 +376,16 @@ async def test_without_proc_a_live_pid_in_the_pid_file_is_the_daemon(
 
     monkeypatch.setattr(daemon_module, "Path", NoProc)
     assert control.running_pid(dirs) == other
+
+
+async def test_a_daemon_slow_to_exit_after_quit_is_waited_for_not_signalled(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """The real daemon takes a moment to shut its servers down after `quit`."""
+    daemon = await _stand_in(processes, tmp_path, "mps-daemon", ignore_term=True)
+    tool = _script(tmp_path, f"cat >/dev/null\n(sleep 0.5; kill -9 {daemon}) >/dev/null 2>&1 &\n")
+    control = MpsControl([str(tool)], timeout_s=20)
+    with structlog.testing.capture_logs() as logs:
+        await control.quit(UUID, _dirs(tmp_path), daemon)
+    assert not process_alive(daemon)
+    assert logs == []
