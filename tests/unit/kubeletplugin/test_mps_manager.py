@@ -253,3 +253,21 @@ async def test_a_zero_window_keeps_only_failures_of_this_instant(tmp_path: Path)
     control.pids.clear()
     await manager.revive(record)
     assert manager.unhealthy() == {}
+
+
+async def test_by_default_three_deaths_in_five_minutes_make_the_shares_unhealthy(
+    tmp_path: Path,
+) -> None:
+    control, clock = Control(), Clock()
+    manager = MpsManager(control, tmp_path / "mps", clock=clock)
+    record = manager.record(UUID, 0, 55)
+    for _ in range(2):
+        control.pids.clear()
+        record = await manager.revive(record)
+        clock.now += 149.5
+    assert manager.unhealthy() == {}
+    control.pids.clear()
+    await manager.revive(record)
+    assert manager.unhealthy() == {
+        0: f"MPS control daemon for {UUID} failed 3 times in 300 s: the MPS control daemon died"
+    }
