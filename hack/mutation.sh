@@ -64,7 +64,8 @@ tests/unit/controller/test_queues.py"
 $PLUGIN/test_driver_root.py"
   [dra_driver.noderesources]="tests/unit/test_noderesources.py tests/unit/controller/test_node_load.py"
   [controller.node_load]="tests/unit/controller/test_node_load.py tests/integration/allocation/test_node_resources.py"
-  [kubeletplugin.mps]="tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
+  [kubeletplugin.mps]="tests/unit/kubeletplugin/test_mps_daemon.py tests/unit/kubeletplugin/test_mps_manager.py \
+tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
   [localcluster.storage]="$APISERVER/test_crud.py $APISERVER/test_patch.py $APISERVER/test_strategic_patch.py \
 $APISERVER/test_status_subresource.py $APISERVER/test_selectors.py $APISERVER/test_lifecycle.py \
 $APISERVER/test_watch.py $APISERVER/test_eviction.py"

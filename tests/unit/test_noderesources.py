@@ -10,6 +10,7 @@ from dra_driver.noderesources import (
     NodeUsage,
     Resources,
     Shortfall,
+    amount_of,
     free_on,
     insufficient,
     node_allocatable,
@@ -308,3 +309,164 @@ def test_render(resource: str, amount: int, text: str) -> None:
 def test_rounded_equal_amounts_are_shown_exactly() -> None:
     s = Shortfall("memory", GI + 1, GI)
     assert str(s) == f"insufficient memory (asks {GI + 1}, {GI} free)"
+
+
+# --- Resources, amounts ------------------------------------------------------------------------
+
+
+def test_resources_behave_as_a_read_only_mapping() -> None:
+    r = Resources([("cpu", 1000), ("memory", 0), ("pods", 3)])
+    assert len(r) == 2 and list(r) == ["cpu", "pods"]
+    assert dict(r) == {"cpu": 1000, "pods": 3}
+    assert r["cpu"] == 1000 and r.amount("cpu") == 1000 and r.amount("memory") == 0
+    with pytest.raises(KeyError):
+        r["memory"]
+    assert repr(r) == "Resources({'cpu': 1000, 'pods': 3})"
+    same = Resources({"pods": 3, "cpu": 1000})
+    assert hash(r) == hash(same) and len({r, same}) == 1
+    assert hash(r) != hash(Resources({"cpu": 1000}))
+    # Only another Resources is equal; a plain dict with the same items is not.
+    assert r != {"cpu": 1000, "pods": 3}
+
+
+def test_subtraction_goes_below_zero_and_maximum_takes_names_from_both() -> None:
+    a = Resources({"cpu": 1000})
+    assert a - {"memory": 5} == Resources({"cpu": 1000, "memory": -5})
+    assert a.maximum({"memory": 5, "cpu": 500}) == Resources({"cpu": 1000, "memory": 5})
+    assert Resources({"cpu": -3}).maximum({"cpu": -7}) == Resources({"cpu": -3})
+    # Absent means zero, also when the other side is below it.
+    assert Resources().maximum({"cpu": -2}) == Resources()
+
+
+@pytest.mark.parametrize(
+    ("name", "quantity", "expected"),
+    [
+        ("cpu", "250m", 250),
+        ("cpu", 2, 2000),
+        ("cpu", 0.5, 500),
+        ("memory", "1.5", 2),
+        ("memory", 1024, 1024),
+        ("memory", "1Ki", 1024),
+        ("cpu", True, None),
+        ("cpu", None, None),
+        ("cpu", ["1"], None),
+        ("cpu", "lots", None),
+    ],
+)
+def test_a_quantity_in_canonical_units(name: str, quantity: object, expected: int | None) -> None:
+    assert amount_of(name, quantity) == expected
+
+
+def test_a_request_written_as_zero_is_not_replaced_by_the_limit() -> None:
+    c = {
+        "name": "c",
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "0"}},
+    }
+    assert pod_requests(pod([c])) == Resources({"memory": GI})
+
+
+def test_limits_count_when_requests_are_missing_or_not_an_object() -> None:
+    c = {"name": "c", "resources": {"limits": {"cpu": "2"}, "requests": "nonsense"}}
+    assert pod_requests(pod([c])) == Resources({"cpu": 2000})
+    bare = {"name": "c", "resources": None}
+    assert pod_requests(pod([bare, container({"cpu": "1"})])) == Resources({"cpu": 1000})
+
+
+def test_pod_level_requests_replace_memory_and_hugepages_too() -> None:
+    got = pod_requests(
+        pod(
+            [container({"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "2Mi"})],
+            resources={"requests": {"memory": "3Gi", "hugepages-2Mi": "8Mi", "storage": "1"}},
+        )
+    )
+    assert got == Resources({"cpu": 1000, "memory": 3 * GI, "hugepages-2Mi": 8 * MI})
+
+
+def test_a_pod_level_request_that_is_not_a_quantity_asks_nothing() -> None:
+    got = pod_requests(
+        pod([container({"cpu": "1", "memory": "1Gi"})], resources={"requests": {"cpu": "x"}})
+    )
+    assert got == Resources({"memory": GI})
+
+
+def test_a_pod_without_a_spec_or_with_null_lists_asks_nothing() -> None:
+    assert pod_requests({"spec": None}) == Resources()
+    assert pod_requests({"spec": {"containers": None, "initContainers": None}}) == Resources()
+    assert pod_requests(pod([container({"cpu": "1"})], resources=None)) == Resources({"cpu": 1000})
+
+
+def test_an_init_container_after_a_sidecar_needs_both_and_sidecars_accumulate() -> None:
+    first = container({"cpu": "1"}, restartPolicy="Always")
+    second = container({"cpu": "2"}, restartPolicy="Always")
+    late = container({"cpu": "4"}, restartPolicy="OnFailure")
+    got = pod_requests(pod([container({"cpu": "1"})], init=[first, second, late]))
+    # While `late` runs: 1 + 2 + 4 = 7; afterwards: 1 + 1 + 2 = 4.
+    assert got == Resources({"cpu": 7000})
+
+
+def test_allocatable_keeps_pods_and_counted_resources_only() -> None:
+    got = node_allocatable(
+        node({"cpu": "4", "pods": "10", "storage": "1Ti", "hugepages-1Gi": "2Gi", "foo": "1"})
+    )
+    assert got == Resources({"cpu": 4000, "pods": 10, "hugepages-1Gi": 2 * GI})
+    assert node_allocatable({"status": {"allocatable": "8"}}) is None
+    assert node_allocatable({"status": None}) is None
+    assert node_allocatable({}) is None
+
+
+# --- insufficient, render ---------------------------------------------------------------------
+
+
+def test_the_last_pod_slot_and_the_last_core_are_taken_exactly() -> None:
+    alloc = Resources({"cpu": 4000, "pods": 3})
+    assert (
+        insufficient(Resources({"cpu": 1000}), alloc, NodeUsage(Resources({"cpu": 3000}), 2)) == []
+    )
+    assert insufficient(Resources({"cpu": 4000}), alloc) == []
+    assert insufficient(Resources({"cpu": 4001}), alloc) == [Shortfall("cpu", 4001, 4000)]
+
+
+def test_a_node_with_more_pods_than_it_admits_has_none_free() -> None:
+    got = insufficient(Resources(), Resources({"pods": 2}), NodeUsage(Resources(), 5))
+    assert got == [Shortfall("pods", 1, 0)]
+    assert insufficient(Resources(), Resources()) == [Shortfall("pods", 1, 0)]
+
+
+def test_other_resources_are_checked_after_the_first_ones_by_name() -> None:
+    alloc = Resources({"pods": 10})
+    got = insufficient(
+        Resources({"example.com/b": 1, "ephemeral-storage": 1, "example.com/a": 1}), alloc
+    )
+    assert [s.resource for s in got] == ["ephemeral-storage", "example.com/a", "example.com/b"]
+
+
+@pytest.mark.parametrize(
+    ("resource", "amount", "text"),
+    [
+        ("memory", GI, "1Gi"),
+        ("memory", MI, "1Mi"),
+        ("memory", MI - 1, str(MI - 1)),
+        ("memory", GI * 7 // 4, "1.8Gi"),
+        ("memory", 2**40, "1Ti"),
+        ("memory", 3 * 2**50, "3Pi"),
+        ("memory", 2**60, "1Ei"),
+        ("hugepages-2Mi", 4 * MI, "4Mi"),
+        ("ephemeral-storage", 5 * MI // 2, "2.5Mi"),
+        ("cpu", 1, "0.001"),
+        ("cpu", 0, "0"),
+        ("cpu", 10000, "10"),
+        ("cpu", 120000, "120"),
+        ("pods", 110, "110"),
+    ],
+)
+def test_render_units(resource: str, amount: int, text: str) -> None:
+    assert render(resource, amount) == text
+
+
+def test_shortfalls_of_hugepages_and_of_counts_read_in_their_units() -> None:
+    alloc = Resources({"pods": 10, "hugepages-2Mi": 4 * MI, "nvidia.com/gpu": 1})
+    got = insufficient(Resources({"hugepages-2Mi": 6 * MI, "nvidia.com/gpu": 2}), alloc)
+    assert [str(s) for s in got] == [
+        "insufficient hugepages-2Mi (asks 6Mi, 4Mi free)",
+        "insufficient nvidia.com/gpu (asks 2, 1 free)",
+    ]

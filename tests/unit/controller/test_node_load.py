@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.informer import Event, key_of
+from controller.node_load import NodeLoad, counted_node
 from controller.view import ClusterView
 from dra_driver.allocator import AllocationMode
 from dra_driver.noderesources import NodeUsage, Resources
@@ -139,3 +140,59 @@ def test_lacking_leaves_out_the_pod_itself_and_sums_a_gang() -> None:
     assert view.lacking(gang, ["n1"]) == {}
     lack = view.lacking([pod("x"), pod("y")], ["n1"])["n1"]
     assert [str(s) for s in lack] == ["insufficient cpu (asks 2, 1 free)"]
+
+
+# --- the ledger and its rules, without a view --------------------------------------------------
+
+
+def test_which_node_a_pod_counts_against() -> None:
+    nowhere: dict[str, str] = {}
+    claims = {"c1": "n3", "c2": "n4"}
+    assert counted_node(pod("a", node="n1", nominatedNodeName="n2"), nowhere.get) == "n1"
+    assert counted_node(pod("a", nominatedNodeName="n2", claims=["c1"]), claims.get) == "n2"
+    assert counted_node(pod("a", claims=["c0", "c1", "c2"]), claims.get) == "n3"
+    assert counted_node(pod("a", claims=["c0"]), claims.get) is None
+    assert counted_node(pod("a"), claims.get) is None
+    for phase in ("Succeeded", "Failed"):
+        assert counted_node(pod("a", node="n1", phase=phase), claims.get) is None
+        assert counted_node(pod("a", claims=["c1"], phase=phase), claims.get) is None
+    assert counted_node(pod("a", node="n1", phase="Running"), claims.get) == "n1"
+    assert counted_node({"metadata": {"name": "bare"}}, claims.get) is None
+
+
+def test_set_moves_a_pod_between_nodes_and_says_when_room_was_freed() -> None:
+    load = NodeLoad()
+    one = Resources({"cpu": 1000})
+    two = Resources({"cpu": 2000})
+    assert load.set(("ns", "a"), ("n1", one)) is False  # nothing was freed
+    assert load.set(("ns", "b"), ("n1", two)) is False
+    assert load.of(("ns", "a")) == ("n1", one)
+    assert load.on("n1") == NodeUsage(Resources({"cpu": 3000}), 2)
+    assert load.set(("ns", "a"), ("n1", one)) is False  # unchanged
+    assert load.on("n1") == NodeUsage(Resources({"cpu": 3000}), 2)
+
+    assert load.set(("ns", "a"), ("n2", one)) is True
+    assert load.on("n1") == NodeUsage(two, 1)
+    assert load.on("n2") == NodeUsage(one, 1)
+    assert load.set(("ns", "b"), None) is True
+    assert load.on("n1") == NodeUsage() and load.of(("ns", "b")) is None
+    assert load.set(("ns", "b"), None) is False
+    # The last pod of a node takes the node's entry with it, even one that requests nothing.
+    assert load.set(("ns", "c"), ("n2", Resources())) is False
+    assert load.on("n2") == NodeUsage(one, 2)
+    assert load.set(("ns", "a"), None) is True
+    assert load.set(("ns", "c"), None) is True
+    assert load.on("n2") == NodeUsage()
+    assert load._nodes == {} and load._pods == {}
+
+
+def test_count_takes_the_requests_from_the_pod_and_forgets_it_without_one() -> None:
+    load = NodeLoad()
+    body = pod("a", "2", "1Gi")
+    assert load.count(("ns", "a"), body, "n1") is False
+    assert load.of(("ns", "a")) == ("n1", Resources({"cpu": 2000, "memory": GI}))
+    assert load.count(("ns", "a"), body, None) is True
+    assert load.of(("ns", "a")) is None
+    assert load.count(("ns", "a"), body, "n1") is False
+    assert load.count(("ns", "a"), None, "n1") is True
+    assert load.on("n1") == NodeUsage()

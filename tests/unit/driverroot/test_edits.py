@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 import pytest
+import structlog.testing
 
 from dra_driver.cdi import CdiDevice, CdiSpec, ContainerEdits, minimum_version, spec_to_dict
 from dra_driver.driverroot import MOUNT_OPTIONS, NO_HOOK_WARNING, discover, driver_edits
+from dra_driver.driverroot import edits as edits_module
 from dra_driver.driverroot.libraries import LIBRARIES
 from tests.support import fake_driver_root
 from tests.support.fake_driver_root import VERSION
@@ -95,3 +97,55 @@ def test_specs_stay_at_the_lowest_cdi_version(tmp_path: Path) -> None:
     assert spec_to_dict(spec)["containerEdits"]["hooks"][1]["args"][1] == "update-ldcache"
     moved = CdiSpec(spec.kind, spec.devices, driver_edits(driver, dev_root=fake.dev))
     assert minimum_version(moved) == "0.5.0"  # device nodes with a host path
+
+
+def test_libraries_in_two_directories_refresh_both_in_the_linker_cache(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel", ld_cache=False)
+    libs = fake.root / "usr/lib64"
+    other = fake.root / "usr/lib"
+    for name in (f"libnvidia-nvvm.so.{VERSION}", "libnvidia-nvvm.so.4"):
+        (libs / name).rename(other / name)
+    edits = driver_edits(discover(fake.root), host_root=HOST, dev_root=fake.dev)
+    symlinks, ldcache = edits.hooks
+    assert ldcache.args == (
+        "nvidia-cdi-hook",
+        "update-ldcache",
+        "--folder",
+        "/usr/lib64",
+        "--folder",
+        "/usr/lib",
+    )
+    assert f"libnvidia-nvvm.so.{VERSION}::/usr/lib/libnvidia-nvvm.so.4" in symlinks.args
+
+
+def test_with_nvidia_ctk_the_hooks_are_its_subcommands(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel", hook="nvidia-ctk")
+    edits = driver_edits(discover(fake.root), host_root=HOST, dev_root=fake.dev)
+    symlinks, ldcache = edits.hooks
+    assert symlinks.path == ldcache.path == f"{HOST}/usr/bin/nvidia-ctk"
+    assert symlinks.args[:3] == ("nvidia-ctk", "hook", "create-symlinks")
+    assert ldcache.args == ("nvidia-ctk", "hook", "update-ldcache", "--folder", "/usr/lib64")
+
+
+def test_without_a_hook_only_libcuda_gets_its_development_name(tmp_path: Path) -> None:
+    fake = fake_driver_root.build(tmp_path, layout="rhel", hook=None)
+    edits = driver_edits(discover(fake.root), dev_root=fake.dev, warn=lambda _: None)
+    paths = [m.container_path for m in edits.mounts]
+    assert "/usr/lib64/libcuda.so" in paths
+    assert "/usr/lib64/libnvidia-ml.so" not in paths
+    # A library whose soname is its file is mounted once.
+    assert paths.count(f"/usr/lib64/libnvidia-gpucomp.so.{VERSION}") == 1
+
+
+def test_the_no_hook_warning_says_what_containers_lose_and_is_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert NO_HOOK_WARNING.startswith("no nvidia-cdi-hook or nvidia-ctk under the driver root")
+    assert "no linker cache update" in NO_HOOK_WARNING
+    monkeypatch.setattr(edits_module, "_warned", set())
+    fake = fake_driver_root.build(tmp_path, layout="rhel", hook=None)
+    driver = discover(fake.root)
+    with structlog.testing.capture_logs() as logs:
+        driver_edits(driver, dev_root=fake.dev)
+        driver_edits(driver, dev_root=fake.dev)
+    assert [(e["log_level"], e["event"]) for e in logs] == [("warning", NO_HOOK_WARNING)]
