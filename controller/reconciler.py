@@ -7,19 +7,24 @@ the allocations; re-checks once more the same way; and holds the written decisio
 time, after which a last check against the view lets their gates come off. Passes batch
 naturally: while one pass writes, new pods queue up for the next.
 
+A pass starts by deallocating the claims released since the last one and waiting for the watch
+to bring those writes back, so the devices they free are used in the same pass. After deciding,
+its reports, its evictions, its writes and the gate lifts of earlier decisions that settled go
+out at once: a pass that reclaims for hundreds of pods does not hold up the pods it placed.
+
 The re-checks are what keeps this controller from double-booking against the kube-scheduler,
 which allocates other pods' claims from the same devices and never coordinates with us. The check
 before writing catches what the view had not seen when it decided; the checks after writing and
 after the settle time catch an allocation that landed after that (the later writer withdraws:
-the gate is still on, so no pod has started). Deallocation runs in the same loop, so it never
-races with a decision about the same claim.
+the gate is still on, so no pod has started). Deallocation runs in the same loop before the
+decisions, so it never races with a decision about the same claim.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -229,29 +234,75 @@ class Reconciler:
             self.view.forget(key)
 
     async def run_pass(self) -> None:
+        # Claims released since the last pass are deallocated first, and the watch brings the
+        # view up to those writes, so the pods waiting for their devices (reclaim's, above all)
+        # are decided in this pass rather than the next one.
+        started = time.monotonic()
+        dealloc = len(self.state.dealloc)
+        freed = await self._deallocate()
+        if freed:
+            await self.view.claims_caught_up(freed, WATCH_CATCH_UP_S)
         for key, generation in list(self.state.waiting.items()):
             if generation != self.view.generation:
                 self.state.queue.setdefault(key)
         keys = list(self.state.queue)  # the queue pass orders the units (see `queueing`)
         self.state.queue.clear()
-        decisions, reclaims = self._decide(self._units(keys))
-        self.state.in_flight = decisions
-        await self._send_reports()
-        await carry_out_all(reclaims, self.api, self.queues, self.queue_metrics)
-        if decisions:
-            await self._write_all(decisions)
-        self.state.in_flight = []
-        await self._lift_settled()
-        await self._withdraw_stale()
-        await self._deallocate()
-        await self._report_queues()
-        self.passes += 1
+        steps: dict[str, float] = {"dealloc_s": round(time.monotonic() - started, 3)}
+        mark = time.monotonic()
 
-    async def _lift_settled(self) -> None:
-        """Gates off for decisions that stayed clear of other allocations for the settle time."""
+        def step(name: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            steps[name] = round(now - mark, 3)
+            mark = now
+
+        decisions, reclaims = self._decide(self._units(keys))
+        step("decide_s")
+        self.state.in_flight = decisions
+        reports = len(self.state.reports)
         now = time.monotonic()
-        due = [d for at, d in self.state.settling if at <= now]
-        self.state.settling = [(at, d) for at, d in self.state.settling if at > now]
+        settled = sum(1 for at, _ in self.state.settling if at <= now)
+        reported = {key_of(pod) for pod, _ in self.state.reports}
+        # None of these waits for another: a starved queue's pass evicts for hundreds of pods
+        # and reports why each one waits, and the pods decided in the same pass, or settled
+        # before it, need not wait for that. A settled pod this pass reports on (a gang's
+        # member) waits for its report, so that "allocated" is the last word.
+        await _all(
+            self._send_reports(),
+            carry_out_all(reclaims, self.api, self.queues, self.queue_metrics),
+            self._write_all(decisions),
+            self._lift_settled(hold_back=reported),
+        )
+        step("writes_s")
+        self.state.in_flight = []
+        await self._lift_settled()  # what came due meanwhile
+        step("lift_s")
+        await self._withdraw_stale()
+        await self._report_queues()
+        step("queues_s")
+        self.passes += 1
+        log.debug(
+            "allocation pass",
+            pods=len(keys),
+            decisions=len(decisions),
+            evictions=sum(len(r.victims) for r in reclaims),
+            reports=reports,
+            settled=settled,
+            dealloc_candidates=dealloc,
+            **steps,
+        )
+
+    async def _lift_settled(self, hold_back: set[Key] | None = None) -> None:
+        """Gates off for decisions that stayed clear of other allocations for the settle time
+        (but not yet for those with a pod in `hold_back`)."""
+        now = time.monotonic()
+        kept = hold_back or set()
+
+        def is_due(at: float, decision: Decision) -> bool:
+            return at <= now and not any(key_of(p) in kept for p in decision.pods)
+
+        due = [d for at, d in self.state.settling if is_due(at, d)]
+        self.state.settling = [(at, d) for at, d in self.state.settling if not is_due(at, d)]
         ready = []
         for decision in due:
             if self._still_fits(decision, "settled"):
@@ -342,6 +393,8 @@ class Reconciler:
         return decisions, order.reclaims
 
     async def _write_all(self, decisions: list[Decision]) -> None:
+        if not decisions:
+            return
         limit = asyncio.Semaphore(WRITE_CONCURRENCY)
         marked = await asyncio.gather(*(self._mark(d, limit) for d in decisions))
         ready = [d for d, rv in zip(decisions, marked, strict=True) if rv is not None]
@@ -545,17 +598,29 @@ class Reconciler:
             self.state.reports.append((pod, outcome.reason))
 
     async def _send_reports(self) -> None:
-        """Events and conditions for this pass's failures, before any gate of the pass is lifted
-        (so a stale "cannot allocate" never lands after "allocated")."""
+        """Events and conditions for this pass's failures, several pods at once, each pod's
+        before its gate can come off (so a stale "cannot allocate" never lands after
+        "allocated")."""
         reports, self.state.reports = self.state.reports, []
+        by_pod: dict[Key, list[tuple[Obj, str]]] = {}
         for pod, reason in reports:
-            try:
-                await asyncio.to_thread(
-                    self.api.post_pod_event, pod, "Warning", "FailedAllocation", reason
-                )
-                await self._set_condition(pod, False, "Unallocatable", reason)
-            except (client.ApiException, OSError) as err:
-                log.warning("cannot report why a pod waits", pod=key_of(pod), error=str(err))
+            by_pod.setdefault(key_of(pod), []).append((pod, reason))
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+        async def report(pod_reports: list[tuple[Obj, str]]) -> None:
+            async with limit:  # several pods at once; one pod's reports in order
+                for pod, reason in pod_reports:
+                    try:
+                        await asyncio.to_thread(
+                            self.api.post_pod_event, pod, "Warning", "FailedAllocation", reason
+                        )
+                        await self._set_condition(pod, False, "Unallocatable", reason)
+                    except (client.ApiException, OSError) as err:
+                        log.warning(
+                            "cannot report why a pod waits", pod=key_of(pod), error=str(err)
+                        )
+
+        await asyncio.gather(*(report(r) for r in by_pod.values()))
 
     async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
         ctype = condition_type(self.config.driver_name)
@@ -577,22 +642,37 @@ class Reconciler:
 
     # --- deallocation ------------------------------------------------------------------------
 
-    async def _deallocate(self) -> None:
+    async def _deallocate(self) -> int:
+        """Deallocate the candidates nobody uses; the newest resourceVersion of the writes that
+        freed devices (0 when none did)."""
         candidates, self.state.dealloc = self.state.dealloc, set()
+        freed = 0
+        unused = []
         for key in sorted(candidates):
             claim = self.view.claims.get(key)
-            if claim is None or not self._unused(key, claim):
-                continue
-            try:
-                await asyncio.to_thread(self.writer.deallocate, claim)
-            except client.ApiException as err:
-                if err.status != 404:
-                    log.info("deallocation failed; will retry", claim=key, status=err.status)
-                    self.state.dealloc.add(key)
-                continue
+            if claim is not None and self._unused(key, claim):
+                unused.append((key, claim))
+        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+        async def deallocate(key: Key, claim: Obj) -> None:
+            nonlocal freed
+            async with limit:
+                try:
+                    written = await asyncio.to_thread(self.writer.deallocate, claim)
+                    freed = max(freed, written)
+                except client.ApiException as err:
+                    if err.status != 404:
+                        log.info("deallocation failed; will retry", claim=key, status=err.status)
+                        self.state.dealloc.add(key)
+                    return
             if allocation_of(claim) is not None:
                 self.metrics.deallocations.inc()
                 log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
+
+        # Several at once: reclaim releases hundreds of claims together, and the pods they
+        # were evicted for are decided only once the view has them released.
+        await asyncio.gather(*(deallocate(k, c) for k, c in unused))
+        return freed
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""
@@ -611,6 +691,15 @@ class Reconciler:
             if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
                 return False
         return True
+
+
+async def _all(*steps: Awaitable[None]) -> None:
+    """Run the steps at once and wait for every one of them; then raise the first failure
+    (losing the lead first, which ends the loop rather than a pass)."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for failure in sorted(failures, key=lambda f: not isinstance(f, NotLeaderError)):
+        raise failure
 
 
 def _claim_refs(pod: Obj | None) -> list[str]:

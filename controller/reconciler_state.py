@@ -44,13 +44,15 @@ class ReconcilerState:
     forgotten."""
 
     dealloc: set[Key] = field(default_factory=set)
-    """Claims to look at for deallocation at the end of the pass: every claim that had an event,
-    the claims of a pod that changed, all of ours on taking over the lead. Taken whole by
-    `_deallocate`, which puts back the claims whose deallocation failed."""
+    """Claims to look at for deallocation at the start of the next pass (before it decides, so
+    the devices they free are used in that pass): every claim that had an event, the claims of a
+    pod that changed, all of ours on taking over the lead. Taken whole by `_deallocate`, which
+    puts back the claims whose deallocation failed."""
 
     reports: list[tuple[Obj, str]] = field(default_factory=list)
     """The pass's new failures to report, pod and reason. Filled by `_failed` while the pass
-    decides; taken whole by `_send_reports` before any gate of the pass comes off."""
+    decides; taken whole by `_send_reports`, which the pass awaits before it lifts the gate of
+    any pod named here."""
 
     in_flight: list[Decision] = field(default_factory=list)
     """The pass's decisions while they are written. Set after deciding and emptied once the

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 from kubernetes import client
 
-from controller.informer import Key, Obj
+from controller.informer import Key, Obj, resource_version
 from controller.kube_calls import ControllerApi
 
 log = structlog.get_logger(__name__)
@@ -99,14 +99,18 @@ class ClaimWriter:
         log.warning("could not withdraw an allocation", claim=f"{key[0]}/{key[1]}")
         return False
 
-    def deallocate(self, claim: Obj) -> None:
-        """Clear the allocation of a claim nobody uses any more, then drop our finalizer."""
+    def deallocate(self, claim: Obj) -> int:
+        """Clear the allocation of a claim nobody uses any more, then drop our finalizer. The
+        resourceVersion of the write that freed the devices (0 when it had none allocated)."""
+        freed = 0
         if (claim.get("status") or {}).get("allocation"):
             self._check_leader()
             claim = self.api.patch_claim_status(claim, {"allocation": None, "reservedFor": None})
+            freed = resource_version(claim)
         finalizers = [f for f in claim["metadata"].get("finalizers") or [] if f != self.finalizer]
         self._check_leader()
         self.api.patch_claim(claim, {"finalizers": finalizers or None})
+        return freed
 
     def lift_gate(self, pod: Obj, gate: str) -> Obj:
         gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or []]

@@ -49,6 +49,7 @@ class Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], store: Store, bookmark_interval_s: float) -> None:
         super().__init__(address, Handler)

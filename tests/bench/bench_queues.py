@@ -59,6 +59,8 @@ GATE = f"{DRIVER}/allocation"
 GROUP, VERSION = "resource.k8s.io", "v1"
 QUEUES = 4
 QUIET_S = 8.0
+#: The starved queue's wait ends early once none of its pods was placed for this long.
+STARVED_QUIET_S = 20.0
 #: (GPU-equivalents, share of pods): whole GPU, two GPUs, a 3g.40gb slice (4 of 8 slices).
 SHAPES = ((1.0, 0.6), (2.0, 0.2), (0.5, 0.2))
 
@@ -116,6 +118,10 @@ class Cluster:
     def __init__(self, api: client.ApiClient) -> None:
         self.lifted: dict[tuple[str, str], float] = {}
         self.deleted: set[tuple[str, str]] = set()
+        self.gone_at: dict[tuple[str, str], float] = {}
+        """Pod → when its deletion was seen."""
+        self.released_at: dict[tuple[str, str], float] = {}
+        """Pod → when its claim was released and deleted (as the claim controller does)."""
         self._core = client.CoreV1Api(api)
         self._objects = client.CustomObjectsApi(api)
         self._watch = watch.Watch()  # type: ignore[no-untyped-call]
@@ -171,8 +177,11 @@ class Cluster:
 
     def _gone(self, key: tuple[str, str]) -> None:
         with self._lock:
+            if key in self.deleted:
+                return
             self._known.discard(key)
             self.deleted.add(key)
+            self.gone_at[key] = time.perf_counter()
         # As the resourceclaim controller does: the pod leaves `reservedFor`, and a claim
         # made for the pod goes with it.
         try:
@@ -191,6 +200,8 @@ class Cluster:
         except client.ApiException as err:
             if err.status != 404:
                 raise
+        with self._lock:
+            self.released_at[key] = time.perf_counter()
 
     def lifted_in(self, namespace: str) -> dict[str, float]:
         with self._lock:
@@ -276,22 +287,54 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         burst_times = sorted(cluster.lifted.values())
         burst_s = burst_times[-1] - first if burst_times else float("nan")
         cpu_burst = cpu_seconds(controller.pid) - cpu_before
+        cpu_starved = (cpu_seconds(controller.pid), cpu_seconds(apiserver.pid))
         arrived = time.perf_counter()
         for namespace, name, _ in starved:
             core.create_namespaced_pod(namespace, pod_body(namespace, name), _preload_content=False)
+        created = time.perf_counter()
         deadline = arrived + 300
         starved_ns = f"q{QUEUES - 1}"
         reached: float | None = None
+        got, moved = 0, time.perf_counter()
+        done_cpu = cpu_starved
         while time.perf_counter() < deadline:
             time.sleep(0.25)  # sampling another process's gauges
             used = scrape(metrics)
             samples.append((time.perf_counter(), utilisation(used, capacity)))
-            if reached is None and len(cluster.lifted_in(starved_ns)) >= share:
+            count = len(cluster.lifted_in(starved_ns))
+            if count != got:
+                got, moved = count, time.perf_counter()
+                done_cpu = (cpu_seconds(controller.pid), cpu_seconds(apiserver.pid))
+            if reached is None and count >= share:
                 reached = time.perf_counter() - arrived
                 deadline = min(deadline, time.perf_counter() + 3.0)  # and a little after
             if not queues and time.perf_counter() - arrived > 10:
                 break  # without queues nobody reclaims: it never gets there
+            if got and time.perf_counter() - moved > STARVED_QUIET_S:
+                break  # stuck short of the guarantee (e.g. only halves of GPUs left to take)
+        created_s = created - arrived
+        # CPU from the starved queue's arrival to its last pod placed.
+        starved_cpu = {
+            "wall_s": round(moved - arrived, 2),
+            "controller_s": round(done_cpu[0] - cpu_starved[0], 2),
+            "apiserver_s": round(done_cpu[1] - cpu_starved[1], 2),
+        }
         latencies = sorted(t - arrived for t in cluster.lifted_in(starved_ns).values())
+        timeline = {
+            "starved_created_s": round(created_s, 3),
+            "starved_lifted_s": {
+                n: round(t - arrived, 3) for n, t in sorted(cluster.lifted_in(starved_ns).items())
+            },
+            "victims_gone_s": {
+                f"{k[0]}/{k[1]}": round(t - arrived, 3) for k, t in sorted(cluster.gone_at.items())
+            },
+            "victims_released_s": {
+                f"{k[0]}/{k[1]}": round(t - arrived, 3)
+                for k, t in sorted(cluster.released_at.items())
+            },
+            "arrived_unix": time.time() - (time.perf_counter() - arrived),
+        }
+        (workdir / "timeline.json").write_text(json.dumps(timeline, indent=1))
         final = scrape(metrics)
         rss = peak_rss_mib(controller.pid)
     finally:
@@ -327,6 +370,8 @@ def run(nodes: int, overload: float, seed: int, queues: bool) -> dict[str, Any]:
         "starved_queue": {
             "guarantee_gpus": share,
             "reached_guarantee_s": None if reached is None else round(reached, 2),
+            "all_created_s": round(created_s, 2),
+            "cpu_until_done": starved_cpu,
             "held_gpus_at_end": final.get(f"used:{starved_ns}", 0.0),
             "placed": len(latencies),
             "latency_s": {"p50": pct(latencies, 0.5), "p99": pct(latencies, 0.99)},
@@ -345,15 +390,19 @@ def main() -> None:
     parser.add_argument(
         "--without-queues", action="store_true", help="only the run without GpuQueue objects"
     )
+    parser.add_argument(
+        "--with-queues-only", action="store_true", help="only the run with GpuQueue objects"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     results = {}
     if not args.without_queues:
         print("run with queues ...", file=sys.stderr) if sys.stderr.isatty() else None
         results["with_queues"] = run(args.nodes, args.overload, args.seed, queues=True)
-    print("run without queues ...", file=sys.stderr) if sys.stderr.isatty() else None
-    results["without_queues"] = run(args.nodes, args.overload, args.seed, queues=False)
-    if "with_queues" in results:
+    if not args.with_queues_only:
+        print("run without queues ...", file=sys.stderr) if sys.stderr.isatty() else None
+        results["without_queues"] = run(args.nodes, args.overload, args.seed, queues=False)
+    if "with_queues" in results and "without_queues" in results:
         with_q = results["with_queues"]["burst_pods_per_s"]
         without = results["without_queues"]["burst_pods_per_s"]
         if with_q and without:

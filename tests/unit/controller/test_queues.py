@@ -4,6 +4,8 @@ devices held for the pod that asked, and each GpuQueue's status."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -234,21 +236,54 @@ async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
         assert evictions._value.get() == 1
         assert gated(cluster, "qb", "b1")
 
-        # The controller deallocates; the held GPU goes to b1 even though a new pod of queue a
-        # arrived first and would take it otherwise.
+        # One pass deallocates a2's claim and, once the view has it free, gives the held GPU
+        # to b1, even though a new pod of queue a arrived first and would take it otherwise.
         await known(daemon, ("qa", "a3"))
         await passes(daemon)
-        # The deallocation must be back in the view before b1 is decided again: a pass that
-        # runs first still sees the GPU taken (under load the watch event can come late).
-        await eventually(
-            lambda: allocation_of(daemon.view.claims[("qa", "a2")]) is None,
-            what="a2's claim deallocated in the view",
-        )
-        await passes(daemon, 2)
+        assert allocation_of(daemon.view.claims[("qa", "a2")]) is None
         assert not gated(cluster, "qb", "b1")
         assert allocated_device(cluster, "qb", "b1") == freed
         assert gated(cluster, "qa", "a3")
         await queue_status(daemon, api, "b", lambda s: s.get("used", {}).get("gpu") == "1")
+    finally:
+        daemon.stop_watches()
+
+
+async def test_a_pass_writes_its_decisions_while_its_evictions_are_still_going_out(
+    server: ApiServer, api: client.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three GPUs: a holds two (one borrowed), one is free. b1 takes the free one and b2 reclaims
+    # a2, in the same pass; b1's allocation does not wait for a2's eviction to be answered.
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:3")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "2"})
+    daemon = await a_borrows_two(cluster, api)
+    controller_api = daemon.reconciler.api
+    evict = controller_api.evict_pod
+    answer = threading.Event()
+
+    def slow_eviction(pod: Any) -> None:
+        answer.wait(30)  # the API server answers once the test has looked
+        evict(pod)
+
+    monkeypatch.setattr(controller_api, "evict_pod", slow_eviction)
+    try:
+        gpu_pod(cluster, "qb", "b1")
+        gpu_pod(cluster, "qb", "b2")
+        await known(daemon, ("qb", "b1"), ("qb", "b2"))
+        running = asyncio.ensure_future(daemon.reconciler.run_pass())
+        try:
+            await eventually(
+                lambda: allocated_device(cluster, "qb", "b1") is not None,
+                timeout=10,
+                what="b1's claim written while a2's eviction is unanswered",
+            )
+            assert read_pod(cluster, "qa", "a2") is not None
+        finally:
+            answer.set()
+            await running
+        await eventually(lambda: read_pod(cluster, "qa", "a2") is None, what="a2 evicted")
+        assert ("qb", "b2") in daemon.reconciler.queues.holds
     finally:
         daemon.stop_watches()
 
@@ -489,15 +524,7 @@ async def test_a_waiting_gang_reclaims_across_two_nodes(
         events = [e.message for e in cluster.core.list_namespaced_event("qa").items]
         assert any("for gang qb/trainers" in (m or "") for m in events)
         gpu_pod(cluster, "qa", "a17")  # arrives while they go: the freed GPUs are held
-        release_claims_of_gone_pods(cluster, "qa")
         await known(daemon, ("qa", "a17"))
-        await eventually(
-            lambda: all(
-                daemon.view.claims[("qa", n)].get("status", {}).get("reservedFor") is None
-                for n in evicted
-            ),
-            what="the victims' claims released in the view",
-        )
         await passes(daemon)
         found = condition(cluster, "qb", "t1", f"{DRIVER}/DevicesAllocated")
         assert found is not None
@@ -505,11 +532,18 @@ async def test_a_waiting_gang_reclaims_across_two_nodes(
             "waiting for the devices of 8 evicted pod(s) on node(s) node-1, node-2"
             in (found["message"])
         )
+        release_claims_of_gone_pods(cluster, "qa")
         await eventually(
-            lambda: all(allocation_of(daemon.view.claims[("qa", n)]) is None for n in evicted),
-            what="the victims' claims deallocated in the view",
+            lambda: all(
+                daemon.view.claims[("qa", n)].get("status", {}).get("reservedFor") is None
+                for n in evicted
+            ),
+            what="the victims' claims released in the view",
         )
-        await passes(daemon, 2)
+        # One pass deallocates the victims' claims and, once the view has them free, places
+        # the gang on their devices.
+        await passes(daemon)
+        assert all(allocation_of(daemon.view.claims[("qa", n)]) is None for n in evicted)
         assert not gated(cluster, "qb", "t0") and not gated(cluster, "qb", "t1")
         assert time.monotonic() - started < 30
         assert gated(cluster, "qa", "a17")
