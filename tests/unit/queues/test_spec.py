@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from dra_driver.queues import RECLAIM_BORROWED, RECLAIM_NEVER, QueueSpecError, parse_queue
+from dra_driver.queues import (
+    RECLAIM_BORROWED,
+    RECLAIM_NEVER,
+    Amounts,
+    Bounds,
+    QueueSpecError,
+    parse_queue,
+)
+from dra_driver.queues.spec import format_gpu, format_memory, pod_priority
 
 GI = 2**30
 
@@ -93,3 +101,63 @@ def test_a_queue_without_a_name_is_refused(meta: Any) -> None:
 def test_limit_equal_to_the_guarantee_is_fine() -> None:
     spec = parse_queue(obj({"guaranteed": {"gpu": 2}, "limit": {"gpu": 2}}))
     assert spec.limit.gpu == spec.guaranteed.gpu == 2.0
+
+
+def test_amounts_subtract_both_resources() -> None:
+    assert Amounts(3.0, 80 * GI) - Amounts(1.0, 30 * GI) == Amounts(2.0, 50 * GI)
+
+
+def test_a_residue_up_to_the_tolerance_is_zero() -> None:
+    # Seven sevenths taken back from a whole can leave a rounding residue; up to the tolerance
+    # it counts as nothing, in either resource.
+    assert Amounts(1e-9, 1e-9).is_zero()
+    assert not Amounts(1e-8, 0).is_zero() and not Amounts(0, 1e-8).is_zero()
+
+
+def test_the_deficit_is_what_is_missing_per_bounded_resource() -> None:
+    bounds = Bounds(gpu=4.0, memory=100 * GI)
+    assert bounds.deficit(Amounts(1.0, 30 * GI)) == Amounts(3.0, 70 * GI)
+    assert bounds.deficit(Amounts(4.0, 100 * GI)) == Amounts()  # reached: nothing lacks
+    assert bounds.deficit(Amounts(6.0, 200 * GI)) == Amounts()  # past it: nothing lacks
+    # An unbounded resource lacks nothing, whatever is held of it.
+    assert Bounds().deficit(Amounts(0.5, 0.5)) == Amounts()
+    assert Bounds(gpu=2.0).deficit(Amounts(0.5, 0.5)) == Amounts(1.5, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("pod", "priority"),
+    [
+        ({"spec": {"priority": 7}}, 7),
+        ({"spec": {"priority": -3}}, -3),
+        ({"spec": {}}, 0),
+        ({"spec": None}, 0),
+        ({}, 0),
+        ({"spec": {"priority": True}}, 0),
+        ({"spec": {"priority": "5"}}, 0),
+    ],
+)
+def test_a_pods_priority_is_its_resolved_integer_or_zero(pod: Any, priority: int) -> None:
+    assert pod_priority(pod) == priority
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(2.0, "2"), (0.0, "0"), (1.5, "1.50"), (0.25, "0.25"), (0.999, "1"), (1.004, "1")],
+)
+def test_gpus_are_shown_whole_or_to_two_places(value: float, text: str) -> None:
+    assert format_gpu(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(80 * GI, "80Gi"), (0.0, "0Gi"), (1.5 * GI, "1536Mi"), (300 * 2**20, "300Mi")],
+)
+def test_memory_is_shown_in_gi_when_whole_else_in_mi(value: float, text: str) -> None:
+    assert format_memory(value) == text
+
+
+def test_within_the_tolerance_of_a_bound_is_at_the_bound() -> None:
+    assert Bounds(gpu=0.0).exceeded(Amounts(1e-9, 0)) == []
+    assert Bounds(gpu=0.0).exceeded(Amounts(1e-8, 0)) == ["gpu"]
+    assert not Bounds(gpu=1.0).short_of(Amounts(1 - 1e-9, 0))
+    assert Bounds(gpu=1.0).short_of(Amounts(1 - 1e-8, 0))
