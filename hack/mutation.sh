@@ -58,7 +58,7 @@ tests/unit/controller/test_queues.py"
   [dra_driver.checker.inputs]="$CHECKER"
   [dra_driver.checker.cel_device]="$CHECKER"
   [dra_driver.queues]="tests/unit/queues tests/unit/controller/test_queues.py"
-  [controller.queueing]="tests/unit/controller/test_queues.py"
+  [controller.queueing]="tests/unit/controller/test_queueing.py tests/unit/controller/test_queues.py"
   [controller.evictions]="tests/unit/controller/test_evictions.py tests/unit/controller/test_queues.py"
   [dra_driver.driverroot]="tests/unit/driverroot tests/unit/kubeletplugin/test_container_edits.py \
 $PLUGIN/test_driver_root.py"

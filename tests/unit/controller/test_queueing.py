@@ -1,0 +1,295 @@
+"""The queue state the controller keeps between passes, over a view filled as the informers fill
+it: which running pods reclaim may evict, what the queues hold, holds and their expiry, and the
+texts a waiting pod is shown."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from controller.informer import Key
+from controller.queueing import (
+    Hold,
+    QueueKeeper,
+    QueueSettings,
+    Reclaim,
+    _gang_name,
+    _standing,
+    unexplained,
+)
+from controller.view import ClusterView
+from dra_driver.queues import Amounts, QueueSpec, parse_queue
+from tests.support import objects
+from tests.unit.controller.viewkit import DRIVER, cluster, delete, put
+
+FINALIZER = f"{DRIVER}/allocation"
+SETTINGS = QueueSettings(
+    driver_name=DRIVER,
+    finalizer=FINALIZER,
+    gang_label=f"{DRIVER}/gang",
+    gang_size_label=f"{DRIVER}/gang-size",
+    default_queue="fallback",
+    hold_s=60.0,
+)
+GI = 2**30
+
+
+def gpu_queue(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def allocated(name: str, namespace: str, *devices: str, node: str | None = "n1") -> dict[str, Any]:
+    """A claim allocated `devices` of node n1's pool, with our finalizer."""
+    status: dict[str, Any] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "req", "driver": DRIVER, "pool": "n1", "device": d} for d in devices
+                ]
+            }
+        }
+    }
+    if node is not None:
+        status["allocation"]["nodeSelector"] = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+    made = objects.claim(
+        name, objects.request("req", "gpu", len(devices)), namespace=namespace, status=status
+    )
+    made["metadata"]["finalizers"] = [FINALIZER]
+    return made
+
+
+def running_pod(name: str, namespace: str, claims: list[str], **extra: Any) -> dict[str, Any]:
+    labels = extra.pop("labels", None)
+    made = objects.pod(name, claims, namespace=namespace, uid=f"uid-{name}", labels=labels)
+    made["metadata"]["creationTimestamp"] = extra.pop("created", "2025-01-01T00:00:00Z")
+    made["status"] = {"phase": extra.pop("phase", "Running")}
+    made["metadata"].update(extra.pop("meta", {}))
+    made["spec"].update(extra)
+    return made
+
+
+@pytest.fixture
+def view() -> ClusterView:
+    made = cluster({"n1": "H100-SXM5-80GB:4"})
+    put(made, "gpuqueues", gpu_queue("a", namespaces=["qa"], guaranteed={"gpu": "1"}))
+    put(made, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "2"}))
+    return made
+
+
+def one_gpu(view: ClusterView) -> Amounts:
+    device = view.snapshot.device(DRIVER, "n1", "gpu-0")
+    assert device is not None
+    return Amounts(1.0, float(device.capacity[f"{DRIVER}/memory"].value))
+
+
+async def test_a_running_pod_is_read_with_its_queue_nodes_priority_age_and_amounts(
+    view: ClusterView,
+) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    put(view, "resourceclaims", allocated("c2", "qa", "gpu-1", "gpu-2"))
+    put(
+        view,
+        "pods",
+        running_pod("p", "qa", ["c1", "c2"], priority=7, created="2025-03-04T05:06:07Z"),
+    )
+    keeper = QueueKeeper(SETTINGS, view)
+    (found,) = keeper.running()
+    assert found.key == ("qa", "p") and found.queue == "a"
+    assert found.nodes == {"n1"} and found.priority == 7
+    assert found.created == "2025-03-04T05:06:07Z" and found.gang is None
+    whole = one_gpu(view)
+    assert found.amounts == Amounts(3.0, 3 * whole.memory)
+
+
+async def test_a_gang_members_unit_is_named_by_namespace_and_gang(view: ClusterView) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    put(view, "resourceclaims", allocated("c2", "qa", "gpu-1"))
+    gang = {SETTINGS.gang_label: "g", SETTINGS.gang_size_label: "2"}
+    put(view, "pods", running_pod("p", "qa", ["c1"], labels=gang))
+    bad = {SETTINGS.gang_label: "h", SETTINGS.gang_size_label: "many"}
+    put(view, "pods", running_pod("q", "qa", ["c2"], labels=bad))
+    found = {r.key[1]: r.gang for r in QueueKeeper(SETTINGS, view).running()}
+    assert found == {"p": "qa/g", "q": None}  # a bad gang label: the pod goes alone
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"meta": {"deletionTimestamp": "2025-01-01T00:00:00Z"}},
+        {"phase": "Succeeded"},
+        {"phase": "Failed"},
+        {"schedulingGates": [{"name": "x"}]},
+    ],
+)
+async def test_pods_going_finished_or_gated_are_not_running(
+    view: ClusterView, change: dict[str, Any]
+) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    put(view, "resourceclaims", allocated("c2", "qa", "gpu-1"))
+    put(view, "pods", running_pod("p", "qa", ["c1"], **change))
+    put(view, "pods", running_pod("ok", "qa", ["c2"], phase="Pending"))
+    assert [r.key for r in QueueKeeper(SETTINGS, view).running()] == [("qa", "ok")]
+
+
+async def test_pods_that_hold_nothing_we_allocated_on_a_node_are_not_running(
+    view: ClusterView,
+) -> None:
+    unallocated = objects.claim("none", objects.request("req", "gpu", 1), namespace="qa")
+    foreign = allocated("foreign", "qa", "gpu-1")
+    foreign["metadata"]["finalizers"] = ["someone.else/finalizer"]
+    for claim in (unallocated, foreign, allocated("nowhere", "qa", "gpu-2", node=None)):
+        put(view, "resourceclaims", claim)
+    put(view, "resourceclaims", allocated("mine", "qa", "gpu-0"))
+    put(view, "pods", running_pod("no-claims", "qa", []))
+    put(view, "pods", running_pod("missing-claim", "qa", ["ghost"]))
+    put(view, "pods", running_pod("unallocated", "qa", ["mine", "none"]))
+    put(view, "pods", running_pod("foreign", "qa", ["foreign"]))
+    put(view, "pods", running_pod("nowhere", "qa", ["nowhere"]))
+    assert QueueKeeper(SETTINGS, view).running() == []
+    # One claim of ours is enough, beside one of another allocator's.
+    other = allocated("other", "qa", "gpu-3")
+    other["metadata"]["finalizers"] = []
+    put(view, "resourceclaims", other)
+    delete(view, "pods", running_pod("unallocated", "qa", []))
+    put(view, "pods", running_pod("both", "qa", ["other", "mine"]))
+    assert [r.key for r in QueueKeeper(SETTINGS, view).running()] == [("qa", "both")]
+
+
+async def test_a_pod_sharing_its_claim_with_a_live_pod_is_not_running(view: ClusterView) -> None:
+    put(view, "resourceclaims", allocated("shared", "qa", "gpu-0"))
+    put(view, "pods", running_pod("p", "qa", ["shared"]))
+    put(view, "pods", running_pod("mate", "qa", ["shared"]))
+    assert QueueKeeper(SETTINGS, view).running() == []
+    # Once the mate finishes, is being deleted, or is gone, evicting p frees the claim.
+    for mate in (
+        running_pod("mate", "qa", ["shared"], phase="Succeeded"),
+        running_pod("mate", "qa", ["shared"], meta={"deletionTimestamp": "2025-01-01T00:00:00Z"}),
+    ):
+        put(view, "pods", mate, kind="MODIFIED")
+        assert [r.key for r in QueueKeeper(SETTINGS, view).running()] == [("qa", "p")]
+    delete(view, "pods", running_pod("mate", "qa", ["shared"]))
+    view.users[("qa", "shared")].add(("qa", "mate"))  # named still, as a stale user
+    assert [r.key for r in QueueKeeper(SETTINGS, view).running()] == [("qa", "p")]
+
+
+async def test_pods_being_evicted_or_spared_are_left_out_until_that_ends(view: ClusterView) -> None:
+    for name, device in (("p", "gpu-0"), ("q", "gpu-1"), ("r", "gpu-2")):
+        put(view, "resourceclaims", allocated(name, "qa", device))
+        put(view, "pods", running_pod(name, "qa", [name]))
+    keeper = QueueKeeper(SETTINGS, view)
+    gone: Key = ("qa", "gone")
+    keeper.evicting = {("qa", "p"): "b", gone: "b"}
+    keeper.spared = {("qa", "q"): time.monotonic() + 60, ("qa", "r"): time.monotonic() - 1}
+    assert [r.key for r in keeper.running()] == [("qa", "r")]
+    assert keeper.evicting == {("qa", "p"): "b"}  # a pod no longer there is forgotten
+    assert set(keeper.spared) == {("qa", "q")}  # a spare that ended is forgotten
+
+
+async def test_the_tree_is_built_again_only_when_a_queue_changes(view: ClusterView) -> None:
+    keeper = QueueKeeper(SETTINGS, view)
+    tree = keeper.tree()
+    assert keeper.tree() is tree
+    assert tree.default == "fallback" and tree.queues["fallback"].last
+    assert keeper.queue_of({"metadata": {"namespace": "qb"}}) == "b"
+    assert keeper.queue_of({"metadata": {}}) == "fallback"
+    put(view, "gpuqueues", gpu_queue("c", namespaces=["qc"]))
+    assert keeper.tree() is not tree and "c" in keeper.tree().queues
+    assert keeper.pending_by_queue(
+        [{"metadata": {"namespace": n}} for n in ("qa", "qc", "qa", "other")]
+    ) == {"a": 2, "c": 1, "fallback": 1}
+
+
+async def test_the_ledger_counts_allocated_and_assumed_claims_once_each(view: ClusterView) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    put(view, "resourceclaims", allocated("c2", "qb", "gpu-1", "gpu-2"))
+    pending = objects.claim("c3", objects.request("req", "gpu", 1), namespace="qb")
+    put(view, "resourceclaims", pending)
+    keeper = QueueKeeper(SETTINGS, view)
+    whole = one_gpu(view)
+    assert keeper.capacity() == Amounts(4.0, 4 * whole.memory)
+    decided = allocated("c3", "qb", "gpu-3")["status"]["allocation"]
+    view.assume(("qb", "c3"), decided)
+    view.assumed[("qb", "c4")] = allocated("c4", "qb", "gpu-3")["status"]["allocation"]
+    ledger = keeper.ledger(waiting=[{"metadata": {"namespace": "qa"}}])
+    assert ledger.used("a") == Amounts(1.0, whole.memory)
+    assert ledger.used("b") == Amounts(4.0, 4 * whole.memory)  # c2, c3 assumed, c4 assumed
+    assert ledger.waiting == {"a"}
+    # What a claim counts is kept while its allocation and the snapshot are the same...
+    first = keeper.claim_amounts(("qb", "c2"), view.claims[("qb", "c2")]["status"]["allocation"])
+    again = keeper.claim_amounts(("qb", "c2"), view.claims[("qb", "c2")]["status"]["allocation"])
+    assert first == again == Amounts(2.0, 2 * whole.memory)
+    # ... and forgotten for a claim that is gone.
+    delete(view, "resourceclaims", view.claims[("qa", "c1")])
+    view.assumed.pop(("qb", "c4"))
+    assert keeper.ledger().used("a") == Amounts()
+    assert set(keeper._amounts) == {("qb", "c2"), ("qb", "c3")}
+
+
+async def test_a_claim_allocated_again_is_counted_again(view: ClusterView) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    keeper = QueueKeeper(SETTINGS, view)
+    assert keeper.ledger().used("a").gpu == 1.0
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0", "gpu-1"), kind="MODIFIED")
+    assert keeper.ledger().used("a").gpu == 2.0
+
+
+async def test_capacity_follows_the_slices(view: ClusterView) -> None:
+    keeper = QueueKeeper(SETTINGS, view)
+    assert keeper.capacity().gpu == 4.0
+    for body in list(view.objects["resourceslices"].values()):
+        delete(view, "resourceslices", body)
+    assert keeper.capacity() == Amounts()
+
+
+def hold(until: float) -> Hold:
+    return Hold(pod=("qb", "b1"), queue="b", node="n1", claims={}, victims=set(), until=until)
+
+
+async def test_holds_end_when_their_time_is_up_or_their_pod_no_longer_waits(
+    view: ClusterView,
+) -> None:
+    keeper = QueueKeeper(SETTINGS, view)
+    now = time.monotonic()
+    keeper.holds = {
+        ("qb", "waits"): hold(now + 60),
+        ("qb", "expired"): hold(now - 1),
+        ("qb", "placed"): hold(now + 60),
+    }
+    keeper.explained = {("qb", "waits"): (now, "r", "e"), ("qb", "placed"): (now, "r", "e")}
+    keeper.expire_holds({("qb", "waits"), ("qb", "expired")})
+    assert set(keeper.holds) == {("qb", "waits")}
+    assert set(keeper.explained) == {("qb", "waits")}
+
+
+async def test_a_reclaim_names_the_pod_or_the_gang_it_is_for() -> None:
+    requester = {"metadata": {"namespace": "qb", "name": "b1"}}
+    assert Reclaim(requester, "b", "n1", []).asker == "pod qb/b1"
+    assert Reclaim(requester, "b", "n1", [], gang="qb/g").asker == "gang qb/g"
+    pod = {"metadata": {"namespace": "qb", "name": "t0", "labels": {SETTINGS.gang_label: "g"}}}
+    assert _gang_name(pod, SETTINGS) == "qb/g"
+    assert _gang_name({"metadata": {"namespace": "qb", "name": "t0"}}, SETTINGS) == "qb/t0"
+
+
+async def test_the_standing_says_gpus_held_of_those_guaranteed() -> None:
+    spec = parse_queue(gpu_queue("q", guaranteed={"gpu": "2", "memory": "80Gi"}))
+    assert _standing(Amounts(0.5, 0), spec) == "holds 0.50 of 2 guaranteed GPUs"
+    memory_only = parse_queue(gpu_queue("q", guaranteed={"memory": "80Gi"}))
+    assert _standing(Amounts(0.5, 0), memory_only) == "memory"
+    assert _standing(Amounts(), QueueSpec(name="q")) == "memory"
+
+
+async def test_unexplained_turns_explanations_off_inside_only(view: ClusterView) -> None:
+    placer = view.placer()
+    placer.explain_failures = True
+    with unexplained(view):
+        assert placer.explain_failures is False
+    assert placer.explain_failures is True
+    with pytest.raises(RuntimeError), unexplained(view):
+        raise RuntimeError
+    assert placer.explain_failures is True
