@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,6 +82,17 @@ def refused(status: int) -> client.ApiException:
     return client.ApiException(status=status, reason="Too Many Requests")
 
 
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A local time nine hours ahead of UTC, so a time written in local time shows."""
+    monkeypatch.setenv("TZ", "JST-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
 async def test_each_victim_is_told_why_then_evicted_in_order() -> None:
     api, keep, counted = Api(), keeper(), metrics()
     before = time.time()
@@ -109,6 +121,7 @@ async def test_each_victim_is_told_why_then_evicted_in_order() -> None:
     }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
     assert time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(before - 1)) <= stamp
+    assert stamp <= time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
     assert reclaimed_condition(DRIVER) == f"{DRIVER}/Reclaimed"
     assert (evictions(counted, "a"), evictions(counted, "lender")) == (1, 1)
 
@@ -136,9 +149,11 @@ async def test_a_pod_gone_already_is_let_go_and_the_next_one_evicted() -> None:
 async def test_a_broken_connection_lets_the_pod_go_for_the_next_attempt(
     error: BaseException,
 ) -> None:
-    api, keep, counted = Api(conditions_a1=error), keeper(), metrics()
+    api, keep, counted = Api(conditions_a1=error, conditions_a3=error), keeper(), metrics()
+    # a3 was never recorded as being evicted (its reclaim is older than the last pass).
     keep.evicting = {("qa", "a1"): "b", ("qa", "a2"): "b"}
-    await carry_out(reclaim(("a1", "a"), ("a2", "a")), api, keep, counted)  # type: ignore[arg-type]
+    victims = reclaim(("a1", "a"), ("a2", "a"), ("a3", "a"))
+    await carry_out(victims, api, keep, counted)  # type: ignore[arg-type]
     assert ("evict", "a1") not in [c[:2] for c in api.calls]
     assert ("evict", "a2") in [c[:2] for c in api.calls]
     assert keep.evicting == {("qa", "a2"): "b"} and keep.spared == {}
