@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from controller.decide import Decision, Unallocatable
 from controller.informer import Key
 from controller.queueing import (
     Hold,
     QueueKeeper,
+    QueuePass,
     QueueSettings,
     Reclaim,
     _gang_name,
@@ -293,3 +295,137 @@ async def test_unexplained_turns_explanations_off_inside_only(view: ClusterView)
     with pytest.raises(RuntimeError), unexplained(view):
         raise RuntimeError
     assert placer.explain_failures is True
+
+
+def gated_pod(name: str, namespace: str, claims: list[str], **spec: Any) -> dict[str, Any]:
+    created = spec.pop("created", "2025-01-01T00:00:00Z")
+    labels = spec.pop("labels", None)
+    made = objects.pod(
+        name,
+        claims,
+        namespace=namespace,
+        uid=f"uid-{name}",
+        labels=labels,
+        gates=[f"{DRIVER}/allocation"],
+        **spec,
+    )
+    made["metadata"]["creationTimestamp"] = created
+    return made
+
+
+def names(units: Any) -> list[str]:
+    return [",".join(p["metadata"]["name"] for p in unit) for unit in units]
+
+
+async def test_a_pass_serves_a_queue_below_its_guarantee_then_by_priority_age_and_name(
+    view: ClusterView,
+) -> None:
+    put(view, "gpuqueues", gpu_queue("free", namespaces=["qf"]))
+    pods = [
+        gated_pod("low", "qf", [], created="2025-01-01T00:00:00Z"),
+        gated_pod("tie", "qf", [], created="2025-01-01T00:00:00Z"),
+        gated_pod("high", "qf", [], priority=5, created="2025-02-01T00:00:00Z"),
+        gated_pod("old", "qf", [], created="2024-01-01T00:00:00Z"),
+        gated_pod("b1", "qb", []),
+    ]
+    gang = [
+        gated_pod("g1", "qf", [], priority=1, created="2025-03-01T00:00:00Z"),
+        gated_pod("g0", "qf", [], priority=3, created="2025-04-01T00:00:00Z"),
+    ]
+    units = [[p] for p in pods[::-1]] + [gang]
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), units, [*pods, *gang])
+    # b is below its guarantee; free's units by their highest priority, then their oldest
+    # member, then name.
+    assert names(this) == ["b1", "high", "g1,g0", "old", "low", "tie"]
+    assert this.ledger.waiting == {"free", "b"}
+
+
+async def test_admitting_counts_the_decision_or_says_which_limit_it_would_pass(
+    view: ClusterView,
+) -> None:
+    put(view, "gpuqueues", gpu_queue("c", namespaces=["qc"], limit={"gpu": "1"}))
+    put(view, "resourceclaims", allocated("held", "qc", "gpu-0"))
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [], [])
+    two = Decision([], {("qc", "more"): allocated("more", "qc", "gpu-1")["status"]["allocation"]})
+    assert this.admit([gated_pod("c2", "qc", ["more"])], two) == (
+        "queue c would pass its gpu limit (1): it holds 1 and the pod asks 1"
+    )
+    whole = one_gpu(view)
+    keeper.holds[("qb", "b1")] = hold(time.monotonic() + 60)
+    keeper.holds[("qb", "b2")] = hold(time.monotonic() + 60)
+    decided = Decision(
+        [],
+        {
+            ("qb", "x"): allocated("x", "qb", "gpu-1")["status"]["allocation"],
+            ("qb", "y"): allocated("y", "qb", "gpu-2")["status"]["allocation"],
+        },
+    )
+    assert this.admit([gated_pod("b1", "qb", ["x", "y"])], decided) is None
+    assert this.ledger.used("b") == Amounts(2.0, 2 * whole.memory)
+    assert set(keeper.holds) == {("qb", "b2")}  # b1's hold ends with its admission
+
+
+async def test_why_a_pod_waits_as_its_queue_stands(view: ClusterView) -> None:
+    put(view, "gpuqueues", gpu_queue("free", namespaces=["qf"]))
+    put(
+        view,
+        "gpuqueues",
+        gpu_queue("n", namespaces=["qn"], guaranteed={"gpu": "1"}, reclaim="Never"),
+    )
+    for namespace in ("qf", "qb", "qn"):
+        put(
+            view,
+            "resourceclaims",
+            objects.claim("c", objects.request("req", "gpu", 1), namespace=namespace),
+        )
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [], [])
+    none = Unallocatable("no room")
+    # At its guarantee (free has none): just the reason.
+    assert this.failed([gated_pod("f1", "qf", ["c"])], none) == "no room"
+    assert this.failed([gated_pod("n1", "qn", ["c"])], none) == (
+        "no room; queue n is below its guarantee (holds 0 of 1 guaranteed GPUs) but its reclaim "
+        "policy is Never: waiting for devices to be freed"
+    )
+    assert this.failed([gated_pod("b1", "qb", ["c"])], none) == (
+        "no room; queue b is below its guarantee (holds 0 of 2 guaranteed GPUs) but no pod on "
+        "borrowed capacity would make room"
+    )
+    waiting = hold(time.monotonic() + 60)
+    waiting.victims = {("qa", "v1"), ("qa", "v2")}
+    keeper.holds[("qb", "b1")] = waiting
+    assert this.failed([gated_pod("b1", "qb", ["c"])], none) == (
+        "queue b is below its guarantee (holds 0 of 2 guaranteed GPUs): waiting for the devices "
+        "of 2 evicted pod(s) on node n1"
+    )
+    gang = {SETTINGS.gang_label: "g", SETTINGS.gang_size_label: "2"}
+    members = [gated_pod(f"t{i}", "qb", [], labels=gang) for i in range(2)]
+    other = hold(time.monotonic() + 60)
+    other.node, other.victims = "n2", {("qa", "v3")}
+    keeper.holds = {("qb", "t0"): waiting, ("qb", "t1"): other}
+    assert this.failed(members, none) == (
+        "gang qb/g: queue b is below its guarantee (holds 0 of 2 guaranteed GPUs): waiting for "
+        "the devices of 3 evicted pod(s) on node(s) n1, n2"
+    )
+    assert this.ledger.waiting == {"free", "b", "n"}
+
+
+async def test_a_failure_is_explained_unless_reclaim_may_still_help(view: ClusterView) -> None:
+    put(view, "gpuqueues", gpu_queue("free", namespaces=["qf"]))
+    for namespace in ("qf", "qb"):
+        too_many = objects.claim("big", objects.request("req", "gpu", 8), namespace=namespace)
+        put(view, "resourceclaims", too_many)
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [], [])
+    plain = this.decide([gated_pod("b1", "qb", ["big"])])
+    assert isinstance(plain, Unallocatable) and "n1:" not in plain.reason
+    explained = this.decide([gated_pod("f1", "qf", ["big"])])
+    assert isinstance(explained, Unallocatable) and "n1:" in explained.reason
+    assert keeper.explained[("qf", "f1")][2] == explained.reason
+    # Failing the same way again soon, the pod keeps its explanation without a new search.
+    keeper.explained[("qf", "f1")] = (time.monotonic(), keeper.explained[("qf", "f1")][1], "kept")
+    again = this.decide([gated_pod("f1", "qf", ["big"])])
+    assert isinstance(again, Unallocatable) and again.reason == "kept"
+    # b's pod, once reclaim could not help, is explained too.
+    assert "n1:" in this.failed([gated_pod("b1", "qb", ["big"])], plain)
