@@ -429,3 +429,118 @@ async def test_a_failure_is_explained_unless_reclaim_may_still_help(view: Cluste
     assert isinstance(again, Unallocatable) and again.reason == "kept"
     # b's pod, once reclaim could not help, is explained too.
     assert "n1:" in this.failed([gated_pod("b1", "qb", ["big"])], plain)
+
+
+async def test_a_hold_keeps_freed_devices_for_its_pod_until_its_turn() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:1"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "1"}))
+    freed = allocated("victim", "qa", "gpu-0")["status"]["allocation"]
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("victim", objects.request("req", "gpu", 1), namespace="qa"),
+    )
+    for namespace, name in (("qa", "a1"), ("qb", "b1")):
+        put(
+            view,
+            "resourceclaims",
+            objects.claim(name, objects.request("req", "gpu", 1), namespace=namespace),
+        )
+    keeper = QueueKeeper(SETTINGS, view)
+    waiting = hold(time.monotonic() + 60)
+    waiting.claims = {("qa", "victim"): freed}
+    keeper.holds[("qb", "b1")] = waiting
+    a1, b1 = gated_pod("a1", "qa", ["a1"]), gated_pod("b1", "qb", ["b1"])
+    this = QueuePass.start(keeper, [[a1], [b1]], [a1, b1])
+    # The freed GPU counts as taken for everyone else while the hold lasts.
+    assert isinstance(this.decide([a1]), Unallocatable)
+    assert names(this) == ["b1", "a1"]  # b1's turn released it (b is below its guarantee)
+    view.forget(("qa", "a1"))
+    decided = this.decide([b1])
+    assert isinstance(decided, Decision)
+    view.forget(("qb", "b1"))
+
+    # A hold whose devices the victim still holds takes nothing more; at the end of a pass
+    # every hold not released yet gives its devices back.
+    put(view, "resourceclaims", allocated("victim", "qa", "gpu-0"), kind="MODIFIED")
+    keeper.holds[("qb", "b1")] = waiting
+    again = QueuePass.start(keeper, [[a1]], [a1, b1])
+    assert again._applied == {("qb", "b1"): []}
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("victim", objects.request("req", "gpu", 1), namespace="qa"),
+        kind="MODIFIED",
+    )
+    keeper.holds[("qb", "b1")] = waiting
+    last = QueuePass.start(keeper, [[a1]], [a1, b1])
+    assert isinstance(last.decide([a1]), Unallocatable)
+    last.finish()
+    assert isinstance(last.decide([a1]), Decision)
+
+
+async def test_reclaim_evicts_the_newest_borrowed_pod_and_holds_its_devices() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:2"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"], guaranteed={"gpu": "1"}))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "1"}))
+    for name, device, created in (("a1", "gpu-0", "2025-01-01"), ("a2", "gpu-1", "2025-01-02")):
+        put(view, "resourceclaims", allocated(name, "qa", device))
+        put(view, "pods", running_pod(name, "qa", [name], created=f"{created}T00:00:00Z"))
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("b1", objects.request("req", "gpu", 1), namespace="qb"),
+    )
+    b1 = gated_pod("b1", "qb", ["b1"])
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    start = time.monotonic()
+    assert this.failed([b1], outcome) == (
+        "queue b is below its guarantee (holds 0 of 1 guaranteed GPUs): evicting qa/a2 "
+        "(borrowed capacity) to make room on node n1"
+    )
+    assert keeper.evicting == {("qa", "a2"): "b"}
+    kept = keeper.holds[("qb", "b1")]
+    assert (kept.pod, kept.queue, kept.node, kept.victims) == (
+        ("qb", "b1"),
+        "b",
+        "n1",
+        {("qa", "a2")},
+    )
+    assert kept.claims == {("qa", "a2"): view.claims[("qa", "a2")]["status"]["allocation"]}
+    assert start + 60 <= kept.until <= time.monotonic() + 60
+    (reclaim,) = this.reclaims
+    assert (reclaim.requester, reclaim.queue, reclaim.node) == (b1, "b", "n1")
+    assert reclaim.victims == [(view.pods[("qa", "a2")], "a")]
+    assert this.ledger.used("a") == one_gpu(view)  # a2 no longer counts
+    # Asked again while a2 goes, b1 waits for it.
+    assert this.failed([b1], outcome) == (
+        "queue b is below its guarantee (holds 0 of 1 guaranteed GPUs): waiting for the devices "
+        "of 1 evicted pod(s) on node n1"
+    )
+
+
+async def test_reclaim_never_takes_a_queue_past_its_guarantee() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:2"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "1"}))
+    for name, device in (("a1", "gpu-0"), ("a2", "gpu-1")):
+        put(view, "resourceclaims", allocated(name, "qa", device))
+        put(view, "pods", running_pod(name, "qa", [name]))
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("b1", objects.request("req", "gpu", 2), namespace="qb"),
+    )
+    b1 = gated_pod("b1", "qb", ["b1"])
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    # Two GPUs would fit once both of a's pods go, but b is guaranteed one.
+    reason = this.failed([b1], outcome)
+    assert reason.endswith("but no pod on borrowed capacity would make room")
+    assert keeper.evicting == {} and this.reclaims == []
