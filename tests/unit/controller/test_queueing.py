@@ -22,6 +22,7 @@ from controller.queueing import (
     unexplained,
 )
 from controller.view import ClusterView
+from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import Amounts, QueueSpec, parse_queue
 from tests.support import objects
 from tests.unit.controller.viewkit import DRIVER, cluster, delete, put
@@ -544,3 +545,77 @@ async def test_reclaim_never_takes_a_queue_past_its_guarantee() -> None:
     reason = this.failed([b1], outcome)
     assert reason.endswith("but no pod on borrowed capacity would make room")
     assert keeper.evicting == {} and this.reclaims == []
+
+
+def gang_lent() -> tuple[QueueKeeper, list[dict[str, Any]]]:
+    """Two nodes of two GPUs, each GPU held by a pod of queue a (no guarantee); queue b's gang
+    of two members, each asking two GPUs."""
+    view = cluster({"n1": "H100-SXM5-80GB:2", "n2": "H100-SXM5-80GB:2"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "4"}))
+    for index, (node, device) in enumerate(
+        (("n1", "gpu-0"), ("n1", "gpu-1"), ("n2", "gpu-0"), ("n2", "gpu-1"))
+    ):
+        name = f"a{index}"
+        claim = allocated(name, "qa", device, node=node)
+        claim["status"]["allocation"]["devices"]["results"][0]["pool"] = node
+        put(view, "resourceclaims", claim)
+        put(view, "pods", running_pod(name, "qa", [name]))
+    gang = {SETTINGS.gang_label: "g", SETTINGS.gang_size_label: "2"}
+    members = []
+    for name in ("t0", "t1"):
+        put(
+            view,
+            "resourceclaims",
+            objects.claim(name, objects.request("req", "gpu", 2), namespace="qb"),
+        )
+        members.append(gated_pod(name, "qb", [name], labels=gang))
+    return QueueKeeper(SETTINGS, view), members
+
+
+async def test_a_gang_reclaims_on_every_node_it_needs_and_each_member_holds_its_node() -> None:
+    keeper, members = gang_lent()
+    this = QueuePass.start(keeper, [members], members)
+    outcome = this.decide(members)
+    assert isinstance(outcome, Unallocatable)
+    reason = this.failed(members, outcome)
+    assert reason == (
+        "gang qb/g: queue b is below its guarantee (holds 0 of 4 guaranteed GPUs): evicting "
+        "qa/a0, qa/a1, qa/a2, qa/a3 (borrowed capacity) to make room for its 2 members on "
+        "node(s) n1, n2"
+    )
+    victims = {("qa", f"a{i}") for i in range(4)}
+    assert keeper.evicting == dict.fromkeys(victims, "b")
+    first, second = keeper.holds[("qb", "t0")], keeper.holds[("qb", "t1")]
+    assert {first.node, second.node} == {"n1", "n2"}
+    for held in (first, second):
+        assert held.victims == victims and held.gang == "qb/g" and held.queue == "b"
+        # Each member holds the two claims freed on its own node.
+        assert len(held.claims) == 2
+        assert {allocation_node(a) for a in held.claims.values()} == {held.node}
+    assert first.until == second.until
+    (reclaim,) = this.reclaims
+    assert reclaim.gang == "qb/g" and reclaim.holders == (("qb", "t0"), ("qb", "t1"))
+    assert reclaim.node == "n1, n2" and reclaim.requester is members[0]
+    assert sorted(p["metadata"]["name"] for p, _ in reclaim.victims) == ["a0", "a1", "a2", "a3"]
+    assert this.ledger.used("a") == Amounts()
+    assert this.failed(members, outcome) == (
+        "gang qb/g: queue b is below its guarantee (holds 0 of 4 guaranteed GPUs): waiting for "
+        "the devices of 4 evicted pod(s) on node(s) n1, n2"
+    )
+
+
+async def test_a_gang_that_reclaim_cannot_make_room_for_evicts_nothing() -> None:
+    keeper, members = gang_lent()
+    for index in range(4):
+        keeper.evicting[("qa", f"a{index}")] = "other"  # going already: nothing left to take
+    this = QueuePass.start(keeper, [members], members)
+    outcome = this.decide(members)
+    assert isinstance(outcome, Unallocatable)
+    reason = this.failed(members, outcome)
+    assert reason.endswith(
+        "; queue b is below its guarantee (holds 0 of 4 guaranteed GPUs) but evicting pods on "
+        "borrowed capacity would not make room for the whole gang qb/g (no pod runs on "
+        "borrowed capacity): nothing is evicted"
+    )
+    assert this.reclaims == [] and keeper.holds == {}
