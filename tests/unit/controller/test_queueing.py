@@ -547,12 +547,12 @@ async def test_reclaim_never_takes_a_queue_past_its_guarantee() -> None:
     assert keeper.evicting == {} and this.reclaims == []
 
 
-def gang_lent() -> tuple[QueueKeeper, list[dict[str, Any]]]:
+def gang_lent(guaranteed: str = "4") -> tuple[QueueKeeper, list[dict[str, Any]]]:
     """Two nodes of two GPUs, each GPU held by a pod of queue a (no guarantee); queue b's gang
     of two members, each asking two GPUs."""
     view = cluster({"n1": "H100-SXM5-80GB:2", "n2": "H100-SXM5-80GB:2"})
     put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
-    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "4"}))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": guaranteed}))
     for index, (node, device) in enumerate(
         (("n1", "gpu-0"), ("n1", "gpu-1"), ("n2", "gpu-0"), ("n2", "gpu-1"))
     ):
@@ -619,3 +619,16 @@ async def test_a_gang_that_reclaim_cannot_make_room_for_evicts_nothing() -> None
         "borrowed capacity): nothing is evicted"
     )
     assert this.reclaims == [] and keeper.holds == {}
+
+
+async def test_a_gang_asking_more_than_its_queues_guarantee_evicts_nothing() -> None:
+    keeper, members = gang_lent(guaranteed="3")
+    this = QueuePass.start(keeper, [members], members)
+    outcome = this.decide(members)
+    assert isinstance(outcome, Unallocatable)
+    reason = this.failed(members, outcome)
+    assert (
+        "(even with every pod on borrowed capacity evicted: the gang asks 4 GPUs, more than "
+        "queue b's guarantee leaves it): nothing is evicted"
+    ) in reason
+    assert this.reclaims == [] and keeper.evicting == {}
