@@ -547,12 +547,20 @@ async def test_reclaim_never_takes_a_queue_past_its_guarantee() -> None:
     assert keeper.evicting == {} and this.reclaims == []
 
 
-def gang_lent(guaranteed: str = "4") -> tuple[QueueKeeper, list[dict[str, Any]]]:
+def gang_lent(guaranteed: str = "4", org: bool = False) -> tuple[QueueKeeper, list[dict[str, Any]]]:
     """Two nodes of two GPUs, each GPU held by a pod of queue a (no guarantee); queue b's gang
-    of two members, each asking two GPUs."""
+    of two members, each asking two GPUs. With `org`, a and b are teams of one organisation
+    that guarantees four GPUs."""
     view = cluster({"n1": "H100-SXM5-80GB:2", "n2": "H100-SXM5-80GB:2"})
-    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
-    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": guaranteed}))
+    parent = {"parent": "org"} if org else {}
+    if org:
+        put(view, "gpuqueues", gpu_queue("org", guaranteed={"gpu": "4"}))
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"], **parent))
+    put(
+        view,
+        "gpuqueues",
+        gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": guaranteed}, **parent),
+    )
     for index, (node, device) in enumerate(
         (("n1", "gpu-0"), ("n1", "gpu-1"), ("n2", "gpu-0"), ("n2", "gpu-1"))
     ):
@@ -573,8 +581,12 @@ def gang_lent(guaranteed: str = "4") -> tuple[QueueKeeper, list[dict[str, Any]]]
     return QueueKeeper(SETTINGS, view), members
 
 
-async def test_a_gang_reclaims_on_every_node_it_needs_and_each_member_holds_its_node() -> None:
-    keeper, members = gang_lent()
+@pytest.mark.parametrize("org", [False, True])
+async def test_a_gang_reclaims_on_every_node_it_needs_and_each_member_holds_its_node(
+    org: bool,
+) -> None:
+    # In one organisation, the sibling team a lends what it holds past its own guarantee.
+    keeper, members = gang_lent(org=org)
     this = QueuePass.start(keeper, [members], members)
     outcome = this.decide(members)
     assert isinstance(outcome, Unallocatable)
@@ -613,6 +625,8 @@ async def test_a_gang_that_reclaim_cannot_make_room_for_evicts_nothing() -> None
     outcome = this.decide(members)
     assert isinstance(outcome, Unallocatable)
     reason = this.failed(members, outcome)
+    explained = keeper.explained[("qb", "t0")][2]
+    assert "n1:" in explained and reason.startswith(f"{explained}; queue b is below")
     assert reason.endswith(
         "; queue b is below its guarantee (holds 0 of 4 guaranteed GPUs) but evicting pods on "
         "borrowed capacity would not make room for the whole gang qb/g (no pod runs on "
