@@ -646,3 +646,39 @@ async def test_a_gang_asking_more_than_its_queues_guarantee_evicts_nothing() -> 
         "queue b's guarantee leaves it): nothing is evicted"
     ) in reason
     assert this.reclaims == [] and keeper.evicting == {}
+
+
+async def test_each_member_holds_what_was_freed_on_its_node_and_the_last_the_rest() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:2", "n3": "H100-SXM5-80GB:1"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "3"}))
+    for name, device in (("a0", "gpu-0"), ("a1", "gpu-1")):
+        put(view, "resourceclaims", allocated(name, "qa", device))
+    # a0 also holds a claim tied to no node.
+    put(view, "resourceclaims", allocated("anywhere", "qa", "elsewhere", node=None))
+    put(view, "pods", running_pod("a0", "qa", ["a0", "anywhere"]))
+    put(view, "pods", running_pod("a1", "qa", ["a1"]))
+    gang = {SETTINGS.gang_label: "g", SETTINGS.gang_size_label: "3"}
+    members = []
+    for name in ("t0", "t1", "t2"):
+        put(
+            view,
+            "resourceclaims",
+            objects.claim(name, objects.request("req", "gpu", 1), namespace="qb"),
+        )
+        members.append(gated_pod(name, "qb", [name], labels=gang))
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [members], members)
+    outcome = this.decide(members)
+    assert isinstance(outcome, Unallocatable)
+    assert "evicting qa/a0, qa/a1" in this.failed(members, outcome)
+    held = {
+        key[1]: (h.pod, h.node, sorted(c[1] for c in h.claims)) for key, h in keeper.holds.items()
+    }
+    # The first member on n1 holds what was freed there; t2, on n3's free GPU, is the last
+    # member and holds what was freed on no member's node.
+    assert held == {
+        "t0": (("qb", "t0"), "n1", ["a0", "a1"]),
+        "t1": (("qb", "t1"), "n1", []),
+        "t2": (("qb", "t2"), "n3", ["anywhere"]),
+    }
