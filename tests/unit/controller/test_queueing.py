@@ -682,3 +682,27 @@ async def test_each_member_holds_what_was_freed_on_its_node_and_the_last_the_res
         "t1": (("qb", "t1"), "n1", []),
         "t2": (("qb", "t2"), "n3", ["anywhere"]),
     }
+
+
+async def test_reclaim_makes_room_for_the_claims_not_allocated_yet_only() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:2"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "2"}))
+    put(view, "resourceclaims", allocated("a1", "qa", "gpu-1"))
+    put(view, "pods", running_pod("a1", "qa", ["a1"]))
+    # b1's first claim is allocated already (it holds gpu-0); its second waits.
+    put(view, "resourceclaims", allocated("done", "qb", "gpu-0"))
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("b1", objects.request("req", "gpu", 1), namespace="qb"),
+    )
+    b1 = gated_pod("b1", "qb", ["done", "b1"])
+    keeper = QueueKeeper(SETTINGS, view)
+    this = QueuePass.start(keeper, [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    assert this.failed([b1], outcome) == (
+        "queue b is below its guarantee (holds 1 of 2 guaranteed GPUs): evicting qa/a1 "
+        "(borrowed capacity) to make room on node n1"
+    )
