@@ -706,3 +706,77 @@ async def test_reclaim_makes_room_for_the_claims_not_allocated_yet_only() -> Non
         "queue b is below its guarantee (holds 1 of 2 guaranteed GPUs): evicting qa/a1 "
         "(borrowed capacity) to make room on node n1"
     )
+
+
+def lent_node(gpus: int, *pods: tuple[str, str, str]) -> ClusterView:
+    """Node n1 with `gpus` GPUs; queue a (no guarantee) runs (name, device, created) pods,
+    one GPU each; queue b is guaranteed two GPUs."""
+    view = cluster({"n1": f"H100-SXM5-80GB:{gpus}"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "2"}))
+    for name, device, created in pods:
+        put(view, "resourceclaims", allocated(name, "qa", device))
+        put(view, "pods", running_pod(name, "qa", [name], created=created))
+    return view
+
+
+def waiting(view: ClusterView, name: str, gpus: int, **spec: Any) -> dict[str, Any]:
+    put(
+        view,
+        "resourceclaims",
+        objects.claim(name, objects.request("req", "gpu", gpus), namespace="qb"),
+    )
+    return gated_pod(name, "qb", [name], **spec)
+
+
+async def test_what_the_queue_holds_already_counts_against_its_guarantee() -> None:
+    view = lent_node(
+        3, ("a1", "gpu-0", "2025-01-01T00:00:00Z"), ("a2", "gpu-1", "2025-01-02T00:00:00Z")
+    )
+    put(view, "resourceclaims", allocated("b0", "qb", "gpu-2"))
+    put(view, "pods", running_pod("b0", "qb", ["b0"]))
+    b1 = waiting(view, "b1", 2)
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    # b holds one of its two: two more would fit once a's pods go, but pass its guarantee.
+    assert this.failed([b1], outcome).endswith("but no pod on borrowed capacity would make room")
+
+
+async def test_a_trial_that_found_no_room_is_not_held_against_a_pod_of_another_shape() -> None:
+    view = lent_node(
+        2, ("a1", "gpu-0", "2025-01-01T00:00:00Z"), ("a2", "gpu-1", "2025-01-02T00:00:00Z")
+    )
+    big, small = waiting(view, "big", 3), waiting(view, "small", 1)
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[big], [small]], [big, small])
+    for pod in (big, small):
+        assert isinstance(this.decide([pod]), Unallocatable)
+    assert this.failed([big], Unallocatable("no room")).endswith("would make room")
+    assert this.failed([small], Unallocatable("no room")).endswith(
+        "evicting qa/a2 (borrowed capacity) to make room on node n1"
+    )
+
+
+async def test_a_victim_must_free_the_cpu_the_pod_needs_too() -> None:
+    view = lent_node(2)
+    node = view.nodes[("", "n1")]
+    node["status"]["allocatable"] = {"cpu": "4", "memory": "64Gi", "pods": "110"}
+    put(view, "nodes", node, kind="MODIFIED")
+    cpu = {"resources": {"requests": {"cpu": "3"}}}
+    for name, device, created, extra in (
+        ("a1", "gpu-0", "2025-01-01T00:00:00Z", cpu),
+        ("a2", "gpu-1", "2025-01-02T00:00:00Z", {}),
+    ):
+        put(view, "resourceclaims", allocated(name, "qa", device))
+        body = running_pod(name, "qa", [name], created=created)
+        body["spec"]["containers"][0].update(extra)
+        put(view, "pods", body)
+    b1 = waiting(view, "b1", 1)
+    b1["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    # a2 is newer, so cheaper, but frees no CPU: a1 goes.
+    assert this.failed([b1], outcome).endswith(
+        "evicting qa/a1 (borrowed capacity) to make room on node n1"
+    )
