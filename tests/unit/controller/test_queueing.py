@@ -780,3 +780,40 @@ async def test_a_victim_must_free_the_cpu_the_pod_needs_too() -> None:
     assert this.failed([b1], outcome).endswith(
         "evicting qa/a1 (borrowed capacity) to make room on node n1"
     )
+
+
+@pytest.mark.parametrize("pinned_by", ["selector", "claim"])
+async def test_reclaim_evicts_only_on_a_node_the_pod_may_run_on(pinned_by: str) -> None:
+    # One borrowed pod per node, the one on n2 newer (so cheaper). The waiting pod may only
+    # run on n1: its nodeSelector says so, or a claim of it is allocated there already.
+    view = cluster({"n1": "H100-SXM5-80GB:2", "n2": "H100-SXM5-80GB:1"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "2"}))
+    for name, node, device, created in (
+        ("on-n1", "n1", "gpu-1", "2025-01-01T00:00:00Z"),
+        ("on-n2", "n2", "gpu-0", "2025-01-02T00:00:00Z"),
+    ):
+        claim = allocated(name, "qa", device, node=node)
+        claim["status"]["allocation"]["devices"]["results"][0]["pool"] = node
+        put(view, "resourceclaims", claim)
+        put(view, "pods", running_pod(name, "qa", [name], created=created))
+    put(view, "resourceclaims", allocated("held", "qa", "gpu-0"))  # n1's other GPU, not ours
+    view.claims[("qa", "held")]["metadata"]["finalizers"] = []
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("b1", objects.request("req", "gpu", 1), namespace="qb"),
+    )
+    if pinned_by == "selector":
+        b1 = gated_pod("b1", "qb", ["b1"], nodeSelector={"kubernetes.io/hostname": "n1"})
+    else:
+        # b1 holds n1's other GPU through a claim of its own instead.
+        put(view, "resourceclaims", allocated("mine", "qb", "gpu-0"))
+        delete(view, "resourceclaims", view.claims[("qa", "held")])
+        b1 = gated_pod("b1", "qb", ["mine", "b1"])
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1]], [b1])
+    outcome = this.decide([b1])
+    assert isinstance(outcome, Unallocatable)
+    assert this.failed([b1], outcome).endswith(
+        "evicting qa/on-n1 (borrowed capacity) to make room on node n1"
+    )
