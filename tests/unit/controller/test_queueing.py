@@ -748,10 +748,14 @@ async def test_a_trial_that_found_no_room_is_not_held_against_a_pod_of_another_s
         2, ("a1", "gpu-0", "2025-01-01T00:00:00Z"), ("a2", "gpu-1", "2025-01-02T00:00:00Z")
     )
     big, small = waiting(view, "big", 3), waiting(view, "small", 1)
-    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[big], [small]], [big, small])
-    for pod in (big, small):
+    also_big = waiting(view, "also-big", 3)
+    pods = [big, also_big, small]
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[p] for p in pods], pods)
+    for pod in pods:
         assert isinstance(this.decide([pod]), Unallocatable)
     assert this.failed([big], Unallocatable("no room")).endswith("would make room")
+    # A pod of the same shape finds no room the same way, without trying again.
+    assert this.failed([also_big], Unallocatable("no room")).endswith("would make room")
     assert this.failed([small], Unallocatable("no room")).endswith(
         "evicting qa/a2 (borrowed capacity) to make room on node n1"
     )
