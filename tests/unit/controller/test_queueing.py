@@ -821,3 +821,19 @@ async def test_reclaim_evicts_only_on_a_node_the_pod_may_run_on(pinned_by: str) 
     assert this.failed([b1], outcome).endswith(
         "evicting qa/on-n1 (borrowed capacity) to make room on node n1"
     )
+
+
+async def test_the_next_waiting_pod_of_a_pass_does_not_pick_a_pod_already_going() -> None:
+    view = lent_node(
+        2, ("a1", "gpu-0", "2025-01-01T00:00:00Z"), ("a2", "gpu-1", "2025-01-02T00:00:00Z")
+    )
+    b1, b2 = waiting(view, "b1", 1), waiting(view, "b2", 1)
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1], [b2]], [b1, b2])
+    for pod in (b1, b2):
+        assert isinstance(this.decide([pod]), Unallocatable)
+    assert this.failed([b1], Unallocatable("no room")).endswith(
+        "evicting qa/a2 (borrowed capacity) to make room on node n1"
+    )
+    assert this.failed([b2], Unallocatable("no room")).endswith(
+        "evicting qa/a1 (borrowed capacity) to make room on node n1"
+    )
