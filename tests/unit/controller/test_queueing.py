@@ -837,3 +837,16 @@ async def test_the_next_waiting_pod_of_a_pass_does_not_pick_a_pod_already_going(
     assert this.failed([b2], Unallocatable("no room")).endswith(
         "evicting qa/a1 (borrowed capacity) to make room on node n1"
     )
+
+
+async def test_a_failure_that_no_longer_fails_when_explained_changes_nothing() -> None:
+    view = lent_node(2)
+    b1 = waiting(view, "b1", 1)
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1]], [b1])
+    this._unexplained.add(("qb", "b1"))
+    this._changes = 5
+    # Not expected (nothing changed since it failed): the pod fits when explained. Its reason
+    # stays, and the allocation that the explaining search assumed is dropped again.
+    assert this._explained([b1], Unallocatable("stale")) == "stale"
+    assert view.assumed == {} and this._changes == 6
+    assert isinstance(this.decide([b1]), Decision)
