@@ -850,3 +850,15 @@ async def test_a_failure_that_no_longer_fails_when_explained_changes_nothing() -
     assert this._explained([b1], Unallocatable("stale")) == "stale"
     assert view.assumed == {} and this._changes == 6
     assert isinstance(this.decide([b1]), Decision)
+
+
+async def test_every_victim_is_named() -> None:
+    view = lent_node(
+        2, ("a1", "gpu-0", "2025-01-01T00:00:00Z"), ("a2", "gpu-1", "2025-01-02T00:00:00Z")
+    )
+    b1 = waiting(view, "b1", 2)
+    this = QueuePass.start(QueueKeeper(SETTINGS, view), [[b1]], [b1])
+    assert isinstance(this.decide([b1]), Unallocatable)
+    assert this.failed([b1], Unallocatable("no room")).endswith(
+        "evicting qa/a2, qa/a1 (borrowed capacity) to make room on node n1"  # cheapest first
+    )
