@@ -862,3 +862,13 @@ async def test_every_victim_is_named() -> None:
     assert this.failed([b1], Unallocatable("no room")).endswith(
         "evicting qa/a2, qa/a1 (borrowed capacity) to make room on node n1"  # cheapest first
     )
+
+
+async def test_what_a_claim_counts_follows_the_slices(view: ClusterView) -> None:
+    put(view, "resourceclaims", allocated("c1", "qa", "gpu-0"))
+    keeper = QueueKeeper(SETTINGS, view)
+    assert keeper.ledger().used("a").gpu == 1.0
+    for body in list(view.objects["resourceslices"].values()):
+        delete(view, "resourceslices", body)
+    # The same allocation, on a device no slice publishes any more, counts nothing.
+    assert keeper.ledger().used("a") == Amounts()
