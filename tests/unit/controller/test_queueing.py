@@ -218,10 +218,10 @@ async def test_the_ledger_counts_allocated_and_assumed_claims_once_each(view: Cl
     assert keeper.capacity() == Amounts(4.0, 4 * whole.memory)
     decided = allocated("c3", "qb", "gpu-3")["status"]["allocation"]
     view.assume(("qb", "c3"), decided)
-    view.assumed[("qb", "c4")] = allocated("c4", "qb", "gpu-3")["status"]["allocation"]
+    view.assumed[("qb", "c4")] = allocated("c4", "qb", "gpu-2", "gpu-3")["status"]["allocation"]
     ledger = keeper.ledger(waiting=[{"metadata": {"namespace": "qa"}}])
     assert ledger.used("a") == Amounts(1.0, whole.memory)
-    assert ledger.used("b") == Amounts(4.0, 4 * whole.memory)  # c2, c3 assumed, c4 assumed
+    assert ledger.used("b") == Amounts(5.0, 5 * whole.memory)  # c2, c3 assumed, c4 assumed (2)
     assert ledger.waiting == {"a"}
     # What a claim counts is kept while its allocation and the snapshot are the same...
     first = keeper.claim_amounts(("qb", "c2"), view.claims[("qb", "c2")]["status"]["allocation"])
