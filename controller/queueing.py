@@ -40,6 +40,7 @@ from controller.gang_trial import ViewGangTrial
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
 from controller.node_load import FINISHED_PHASES
+from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import (
@@ -595,7 +596,13 @@ class QueuePass:
                 for victim in freed:
                     self.ledger.add(victim.queue, victim.amounts)
 
-        return choose_victims(units, fits)
+        # Only nodes the pod may run on (its selectors and tolerations, and the node of a claim
+        # it holds already), as for a gang's members: victims elsewhere free nothing it can use.
+        allowed = set(eligible_nodes(pod, view.nodes.values()).nodes)
+        pinned = {n for c in claims if (a := allocation_of(c)) and (n := allocation_node(a))}
+        if pinned:
+            allowed &= pinned
+        return choose_victims(units, lambda node, freed: node in allowed and fits(node, freed))
 
 
 @contextlib.contextmanager

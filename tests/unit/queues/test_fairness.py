@@ -127,3 +127,81 @@ def test_borrowed_is_what_a_queue_holds_beyond_its_guarantee() -> None:
     book = ledger(q("g", guaranteed={"gpu": 2, "memory": "500Gi"}), g=3)
     assert book.borrowed("g") == Amounts(1, 0)
     assert not book.short_of_guarantee("g")
+
+
+def test_removing_takes_from_what_the_queue_holds() -> None:
+    book = ledger(q("a"), q("b"), a=Amounts(3, 30 * GI))
+    book.remove("a", Amounts(1, 10 * GI))
+    assert book.used("a") == Amounts(2, 20 * GI)
+    # A queue with nothing recorded yet can be taken from and given back (a trial's freed pods).
+    book.remove("b", Amounts(1, GI))
+    book.add("b", Amounts(1, GI))
+    assert book.used("b") == Amounts() and book.total_used() == Amounts(2, 20 * GI)
+
+
+def test_borrowed_counts_each_resource_past_its_own_guarantee() -> None:
+    book = ledger(q("g", guaranteed={"gpu": 2}), g=Amounts(1, 80 * GI))
+    # Within the GPU guarantee; memory is not guaranteed, so all of it is borrowed.
+    assert book.borrowed("g") == Amounts(0, 80 * GI)
+
+
+def test_the_dominant_share_of_a_resource_the_cluster_has_none_of_is_left_out() -> None:
+    book = ledger(q("gpus"), gpus=Amounts(2, 0))
+    assert book.dominant_share("gpus") == 0.25
+    book.capacity = Amounts(1, 0)  # one GPU that publishes no memory
+    book.own["gpus"] = Amounts(1, 80 * GI)
+    assert book.dominant_share("gpus") == 1.0
+    book.capacity = Amounts()  # no GPU at all
+    assert book.dominant_share("gpus") == 0.0
+
+
+def test_the_next_queue_is_the_one_ordered_first() -> None:
+    book = ledger(q("a"), q("b"), q("c", weight=4), a=2, b=1, c=3)
+    assert book.next_queue(["a", "b", "c"]) == "c"
+    assert book.next_queue(iter(["b", "a"])) == "b"
+
+
+def test_a_limit_refusal_says_the_limit_what_is_held_and_what_is_asked() -> None:
+    book = ledger(q("capped", limit={"gpu": 2}), q("none", limit={"gpu": 0}), capped=1)
+    assert book.refusal("capped", Amounts(2, 0)) == (
+        "queue capped would pass its gpu limit (2): it holds 1 and the pod asks 2"
+    )
+    assert book.refusal("none", Amounts(0.5, 0)) == (
+        "queue none would pass its gpu limit (0): it holds 0 and the pod asks 0.50"
+    )
+
+
+def test_only_the_shortfall_of_other_waiting_queues_is_held() -> None:
+    book = ledger(
+        q("owed", guaranteed={"gpu": 4}),
+        q("over", guaranteed={"gpu": 2, "memory": "10Gi"}),
+        q("borrower"),
+        owed=2,
+        borrower=2,
+        over=Amounts(1, 20 * GI),
+    )
+    # owed lacks two GPUs; over is past its memory guarantee, so not short of it, though it
+    # lacks a GPU; a waiting name that is no queue (any more) is ignored.
+    book.waiting.update({"owed", "over", "ghost"})
+    free = 8 - 5
+    # Exactly what is held is left free: allowed. One more is refused.
+    assert book.refusal("borrower", Amounts(free - 2, 0)) is None
+    refusal = book.refusal("borrower", Amounts(free - 1, 0))
+    assert refusal == (
+        "queue borrower is at its guarantee and the free gpu (3) is held for queues below "
+        "theirs (2)"
+    )
+
+
+def test_a_queue_short_of_its_guarantee_is_not_held_back_by_its_own_shortfall() -> None:
+    book = ledger(q("owed", guaranteed={"gpu": 4}), q("borrower"), owed=3, borrower=5)
+    book.waiting.add("owed")
+    # Nothing is free; owed asks past its guarantee: only limits could stop it.
+    assert book.refusal("owed", Amounts(2, 0)) is None
+
+
+def test_no_free_capacity_is_shown_as_none() -> None:
+    book = ledger(q("owed", guaranteed={"gpu": 4}), q("borrower"), owed=0, borrower=8)
+    book.waiting.add("owed")
+    refusal = book.refusal("borrower", Amounts(1, 0))
+    assert refusal is not None and "the free gpu (0) is held" in refusal

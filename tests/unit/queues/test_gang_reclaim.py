@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dra_driver.queues import Amounts, Running, Unit
-from dra_driver.queues.gang_reclaim import choose_gang_victims
+from dra_driver.queues import Amounts, Ledger, QueueTree, Running, Unit
+from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
 
 
 def pod(name: str, node: str, gpus: float = 1.0, priority: int = 0, created: str = "1") -> Running:
@@ -126,3 +126,86 @@ def test_the_fewest_victims_win_and_each_one_is_needed() -> None:
 
 def test_no_borrowed_pod_means_nothing_to_choose() -> None:
     assert choose_gang_victims([], 2, Toy([1, 1], n1=0)) == "no pod runs on borrowed capacity"
+
+
+def test_a_member_that_fits_on_free_room_leaves_the_next_one_to_choose() -> None:
+    # Member 0 fits n0's free GPU; member 1 needs two on n1, where one pod of two GPUs is
+    # fewer victims than two of one.
+    big = pod("big", "n1", gpus=2, created="0")
+    small = [pod("s0", "n1", created="5"), pod("s1", "n1", created="6")]
+    assert names(choose_gang_victims(units(big, *small), 2, Toy([1, 2], n0=1, n1=0))) == ["big"]
+
+
+def test_pruning_the_gangs_victims_spares_the_dearer_one() -> None:
+    # Members take cheap, then dear, then big; with big gone, cheap alone makes room for the
+    # rest of the gang as well as dear does: dear, of higher priority, stays.
+    cheap = pod("cheap", "n1", gpus=1, priority=0, created="8")
+    dear = pod("dear", "n1", gpus=2, priority=1, created="6")
+    big = pod("big", "n1", gpus=3, priority=2, created="0")
+    found = choose_gang_victims(units(big, cheap, dear), 3, Toy([1, 1, 2], n1=0))
+    assert names(found) == ["big", "cheap"]
+
+
+def gang(name: str, created: str, *where: tuple[str, float]) -> Unit:
+    members = [
+        Running(
+            key=("ns", f"{name}{i}"),
+            queue="borrower",
+            nodes=frozenset({node}),
+            priority=0,
+            created=created,
+            amounts=Amounts(gpus, 0),
+            gang=name,
+        )
+        for i, (node, gpus) in enumerate(where)
+    ]
+    return Unit(tuple(members))
+
+
+def test_a_victim_gang_over_two_nodes_counts_for_the_node_it_makes_room_on() -> None:
+    # Gang g frees one GPU on n1 and two on n2; gang h frees three on n3. The member needs two:
+    # g, on n2, is the fewer victims.
+    g = gang("g", "1", ("n1", 1), ("n2", 2))
+    h = gang("h", "2", ("n3", 1), ("n3", 1), ("n3", 1))
+    found = choose_gang_victims([g, h], 1, Toy([2], n1=0, n2=0, n3=0))
+    assert names(found) == ["g0", "g1"]
+
+
+def gang_ledger() -> Ledger:
+    tree = QueueTree.build(
+        [
+            {"metadata": {"name": "org"}, "spec": {"guaranteed": {"gpu": 2}, "limit": {"gpu": 4}}},
+            {"metadata": {"name": "team"}, "spec": {"parent": "org", "guaranteed": {"gpu": 2}}},
+            {"metadata": {"name": "sibling"}, "spec": {"parent": "org"}},
+        ]
+    )
+    assert tree.problems == {}
+    book = Ledger(tree, Amounts(8, 0))
+    book.add("sibling", Amounts(3, 0))
+    return book
+
+
+def test_a_gang_past_its_queues_guarantee_is_refused_before_any_limit() -> None:
+    book = gang_ledger()
+    book.add("team", Amounts(1, 0))
+    assert gang_admissible(book, "team", Amounts(1.5, 0), []) == (
+        "the gang asks 1.50 GPUs, more than queue team's guarantee leaves it"
+    )
+    # Within the guarantee, the organisation's limit is what refuses it.
+    refusal = gang_admissible(book, "team", Amounts(1, 0), [])
+    assert refusal is not None and refusal.startswith("queue org would pass its gpu limit")
+
+
+def test_a_gang_is_admitted_once_its_victims_are_gone_and_the_ledger_is_put_back() -> None:
+    book = gang_ledger()
+    victim = Running(
+        key=("ns", "v"),
+        queue="sibling",
+        nodes=frozenset({"n1"}),
+        priority=0,
+        created="1",
+        amounts=Amounts(1, 0),
+    )
+    assert gang_admissible(book, "team", Amounts(2, 0), []) is not None  # org: 3 + 2 > 4
+    assert gang_admissible(book, "team", Amounts(2, 0), [victim]) is None  # 2 + 2
+    assert book.used("sibling") == Amounts(3, 0) and book.total_used() == Amounts(3, 0)

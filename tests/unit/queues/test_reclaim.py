@@ -14,7 +14,7 @@ from dra_driver.queues import (
     borrowed_units,
     choose_victims,
 )
-from dra_driver.queues.reclaim import BorrowedUnits
+from dra_driver.queues.reclaim import BorrowedUnits, lender
 
 REQUESTER = "owed"
 
@@ -237,3 +237,97 @@ def test_between_sibling_teams_each_team_is_judged_by_its_own_guarantee() -> Non
     ]
     # y1's sibling y2 is judged alone; org-x (within its four) lends nothing.
     assert names(borrowed_units(ledger, running, "y1")) == [["y2-a"]]
+
+
+def test_a_requester_outside_the_tree_sees_each_organisation_as_the_lender() -> None:
+    tree = organisations().tree
+    assert lender(tree, "x1", "gone") == "org-x"
+    assert lender(tree, "y2", "y1") == "y2" and lender(tree, "y2", "x1") == "org-y"
+
+
+def test_the_requesters_own_pods_are_never_victims() -> None:
+    ledger = book(q("borrower"))
+    mine = [
+        pod(f"mine-{i}", queue=REQUESTER, created=f"2025-01-0{i + 1}T00:00:00Z") for i in range(6)
+    ]
+    # Six GPUs against a guarantee of four: two are past it, but they are the requester's own.
+    assert names(borrowed_units(ledger, [*mine, pod("other")], REQUESTER)) == [["other"]]
+
+
+def test_a_gang_with_a_member_protected_by_another_queue_is_not_a_unit() -> None:
+    ledger = book(q("borrower", guaranteed={"gpu": 1}), q("free"))
+    # g0 fills borrower's guarantee; g1 runs in a queue with none. The gang is not borrowed as
+    # a whole, whichever queue's pods come first.
+    gang = [pod("g0", gang="g"), pod("g1", "free", gang="g")]
+    for running in (gang, gang[::-1]):
+        assert names(borrowed_units(ledger, running, REQUESTER)) == []
+
+
+def test_pods_of_a_queue_that_is_gone_are_left_alone() -> None:
+    ledger = book(q("borrower"))
+    running = [pod("orphan", queue="deleted"), pod("b0"), pod("b1")]
+    index = BorrowedUnits(ledger, running)
+    assert names(index.units(REQUESTER)) == [["b0"], ["b1"]]
+    # Evicting the orphan (listed first) and b0 leaves b1; a key nobody runs changes nothing.
+    gone = [("ns", "orphan"), ("ns", "b0"), ("ns", "never-ran")]
+    assert names(index.units(REQUESTER, gone=gone)) == [["b1"]]
+    index = BorrowedUnits(ledger, running)
+    assert names(index.units(REQUESTER, gone=[("ns", "b0")])) == [["b1"]]
+
+
+def test_pods_evicted_together_leave_the_rest_of_their_queue_borrowed() -> None:
+    ledger = book(q("borrower", guaranteed={"gpu": 1}))
+    running = [pod(p, created=f"2025-01-01T00:00:0{i}Z") for i, p in enumerate("ABCD")]
+    index = BorrowedUnits(ledger, running)
+    assert names(index.units(REQUESTER)) == [["B"], ["C"], ["D"]]
+    assert names(index.units(REQUESTER, gone=[("ns", "B"), ("ns", "C")])) == [["D"]]
+
+
+def test_a_sibling_teams_pod_evicted_in_the_pass_is_gone_for_the_next() -> None:
+    ledger = organisations()
+    running = [pod("y2-a", queue="y2"), pod("y2-b", queue="y2", created="2025-01-02T00:00:00Z")]
+    index = BorrowedUnits(ledger, running)
+    assert names(index.units("y1")) == [["y2-a"], ["y2-b"]]
+    assert names(index.units("y1", gone=[("ns", "y2-a")])) == [["y2-b"]]
+
+
+def test_equal_single_victims_go_to_the_first_node_by_name() -> None:
+    units = [Unit((pod("on-n2", node="n2"),)), Unit((pod("on-n1", node="n1"),))]
+    assert chosen(choose_victims(units, Nodes(1).fits)) == ("n1", ["on-n1"])
+
+
+def test_two_pods_of_lower_priority_beat_a_gang_of_two() -> None:
+    gang = Unit((pod("g0", priority=5, gang="g"), pod("g1", priority=5, gang="g")))
+    pair = [Unit((pod("p0", node="n2"),)), Unit((pod("p1", node="n2"),))]
+    assert chosen(choose_victims([gang, *pair], Nodes(2).fits)) == ("n2", ["p0", "p1"])
+
+
+def test_at_a_full_tie_the_first_node_by_name_wins() -> None:
+    gang = Unit((pod("g0", gang="g"), pod("g1", gang="g")))
+    pair = [Unit((pod("p0", node="n2"),)), Unit((pod("p1", node="n2"),))]
+    # The gang on n1 against two pods on n2: same count, priority and age; n1 first.
+    assert chosen(choose_victims([*pair, gang], Nodes(2).fits)) == ("n1", ["g0", "g1"])
+    pairs = [*pair, Unit((pod("q0", node="n3"),)), Unit((pod("q1", node="n3"),))]
+    assert chosen(choose_victims(pairs[::-1], Nodes(2).fits)) == ("n2", ["p0", "p1"])
+    # Two singles on n1 tie with the gang on n1 itself: the gang, found first, stays.
+    singles = [Unit((pod("s0"),)), Unit((pod("s1"),))]
+    assert chosen(choose_victims([*singles, gang], Nodes(2).fits)) == ("n1", ["g0", "g1"])
+
+
+def test_several_victims_are_looked_for_on_every_node_that_has_two() -> None:
+    lone = Unit((pod("lone", node="n1"),))
+    short = [Unit((pod("s0", node="n2", gpus=0.5),)), Unit((pod("s1", node="n2", gpus=0.5),))]
+    pair = [Unit((pod("p0", node="n3"),)), Unit((pod("p1", node="n3"),))]
+    # n1 has one candidate, n2's two together free too little: n3's pair is the answer.
+    assert chosen(choose_victims([lone, *short, *pair], Nodes(2).fits)) == ("n3", ["p0", "p1"])
+
+
+def test_pruning_drops_the_costliest_victim_it_can_do_without_first() -> None:
+    units = [
+        Unit((pod("cheap", gpus=1, priority=0),)),
+        Unit((pod("dear", gpus=1, priority=1),)),
+        Unit((pod("big", gpus=3, priority=2),)),
+    ]
+    # All three free five GPUs for a pod of four; with big, either small one is enough: the
+    # dearer one is spared.
+    assert chosen(choose_victims(units, Nodes(4).fits)) == ("n1", ["big", "cheap"])

@@ -128,3 +128,58 @@ def test_a_configured_default_queue_name_is_the_one_refused() -> None:
 def test_an_unreadable_queue_does_not_stop_the_others() -> None:
     tree = QueueTree.build([q("bad", reclaim="Maybe"), q("good", namespaces=["g"])])
     assert "spec.reclaim" in tree.problems["bad"] and tree.queue_for("g") == "good"
+
+
+def test_the_message_names_every_child_and_both_totals() -> None:
+    tree = QueueTree.build(
+        [
+            q("org", guaranteed={"memory": "10Gi"}),
+            q("x", parent="org", guaranteed={"gpu": "0.5"}),
+            q("y", parent="org"),
+        ]
+    )
+    # The parent guarantees no GPU: half of one is already more than it has.
+    assert tree.problems["x"] == (
+        "GpuQueue x: spec.guaranteed.gpu: the children of org (x, y) guarantee 0.5 together, "
+        "more than its 0"
+    )
+    assert set(tree.queues) == {"org", DEFAULT_QUEUE}
+
+
+def test_every_parent_is_checked_and_a_child_set_aside_keeps_no_namespace() -> None:
+    tree = QueueTree.build(
+        [
+            q("org-a", guaranteed={"gpu": 1}),
+            q("a1", parent="org-a", guaranteed={"gpu": 2}, namespaces=["na"]),
+            q("org-b", guaranteed={"gpu": 1}),
+            q("b1", parent="org-b", guaranteed={"gpu": 2}, namespaces=["nb"]),
+        ]
+    )
+    assert set(tree.problems) == {"a1", "b1"}
+    assert set(tree.queues) == {"org-a", "org-b", DEFAULT_QUEUE}
+    assert tree.queue_for("na") == tree.queue_for("nb") == DEFAULT_QUEUE
+
+
+def test_a_queue_after_one_that_lost_a_namespace_keeps_its_own() -> None:
+    tree = QueueTree.build(
+        [
+            q("first", created="2024-01-01T00:00:00Z", namespaces=["shared"]),
+            q("second", created="2024-02-01T00:00:00Z", namespaces=["shared"]),
+            q("third", created="2024-03-01T00:00:00Z", namespaces=["own"]),
+        ]
+    )
+    assert set(tree.problems) == {"second"}
+    assert tree.queue_for("own") == "third"
+
+
+def test_a_queue_without_a_name_is_reported_under_no_name() -> None:
+    tree = QueueTree.build([{"metadata": {}, "spec": {}}, q("fine")])
+    assert tree.problems == {"": "GpuQueue: metadata.name is missing"}
+
+
+def test_the_default_queues_name_is_refused_with_why() -> None:
+    tree = QueueTree.build([q(DEFAULT_QUEUE)])
+    assert tree.problems[DEFAULT_QUEUE] == (
+        f"GpuQueue {DEFAULT_QUEUE}: metadata.name: the name is taken by the default queue "
+        "(set in the controller's settings)"
+    )
