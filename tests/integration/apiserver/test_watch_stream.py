@@ -43,10 +43,16 @@ def _seen(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(e["type"], e["object"]["metadata"].get("name", "")) for e in events]
 
 
-def _patience(seconds: float = 15) -> Callable[[], bool]:
-    """A client that stays for `seconds`: the bound on a stream a broken test would not end."""
+def _patience(seconds: float = 10) -> Callable[[], bool]:
+    """A client that fails the test once a stream outlives `seconds`: every stream here ends
+    well before (its timeout, an error, the client or the test closing it)."""
     until = time.monotonic() + seconds
-    return lambda: time.monotonic() < until
+
+    def alive() -> bool:
+        assert time.monotonic() < until, f"the watch went on for more than {seconds} s"
+        return True
+
+    return alive
 
 
 def _stream(
@@ -56,7 +62,7 @@ def _stream(
     alive: Callable[[], bool] | None = None,
 ) -> Iterator[dict[str, Any]]:
     # Closing the store ends any wait, even one a broken stream would never end on its own.
-    safety = threading.Timer(15, store.close)
+    safety = threading.Timer(8, store.close)
     safety.daemon = True
     safety.start()
     return stream(store, request, bookmark_interval_s=interval, alive=alive or _patience())
@@ -65,6 +71,16 @@ def _stream(
 @pytest.fixture
 def store() -> Store:
     return Store([CONFIGMAPS, SECRETS, NODES])
+
+
+# First, as every other test's stream relies on it to end.
+def test_a_watch_ends_at_its_timeout(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "_POLL_S", 30.0)  # the timeout alone must end the wait
+    request = WatchRequest(CONFIGMAPS, "ns", _everything, "0", timeout_s=0.3)
+    began = time.monotonic()
+    assert list(_stream(store, request, alive=_patience(10))) == []
+    elapsed = time.monotonic() - began
+    assert 0.3 <= elapsed < 5
 
 
 # ---- where a watch starts --------------------------------------------------------------------
@@ -236,15 +252,6 @@ def test_a_watch_that_falls_behind_the_history_is_gone() -> None:
 
 
 # ---- how a watch ends ------------------------------------------------------------------------
-
-
-def test_a_watch_ends_at_its_timeout(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watch, "_POLL_S", 30.0)  # the timeout alone must end the wait
-    request = WatchRequest(CONFIGMAPS, "ns", _everything, "0", timeout_s=0.3)
-    began = time.monotonic()
-    assert list(_stream(store, request, alive=_patience(10))) == []
-    elapsed = time.monotonic() - began
-    assert 0.3 <= elapsed < 5
 
 
 def test_a_watch_ends_when_its_client_is_gone(store: Store) -> None:
