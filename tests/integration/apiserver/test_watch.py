@@ -140,9 +140,14 @@ def test_timeout_ends_the_stream(core: client.CoreV1Api) -> None:
     assert events == []
 
 
+def _overflow_history(core: client.CoreV1Api, namespace: str) -> None:
+    """Write more than the module's server keeps (50 events), so resourceVersion 1 is gone."""
+    for i in range(60):
+        core.create_namespaced_config_map(namespace, _cm(f"fill-{i}"))
+
+
 def test_expired_resource_version_is_gone(core: client.CoreV1Api, server: ApiServer) -> None:
-    for i in range(60):  # the module's server keeps 50 events of history
-        core.create_namespaced_config_map("w6", _cm(f"fill-{i}"))
+    _overflow_history(core, "w6")
     with pytest.raises(ApiException) as caught:
         for _ in watch.Watch().stream(
             core.list_namespaced_config_map, "w6", resource_version="1", timeout_seconds=5
@@ -153,8 +158,9 @@ def test_expired_resource_version_is_gone(core: client.CoreV1Api, server: ApiSer
 
 
 def test_gone_is_an_error_event_with_a_status(core: client.CoreV1Api) -> None:
+    _overflow_history(core, "w7")  # on its own: tests may run in any order
     resp = core.list_namespaced_config_map(
-        "w6", watch=True, resource_version="1", timeout_seconds=5, _preload_content=False
+        "w7", watch=True, resource_version="1", timeout_seconds=5, _preload_content=False
     )
     try:
         line = next(iter(watch.watch.iter_resp_lines(resp)))
