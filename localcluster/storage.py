@@ -67,7 +67,11 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+    """What a change of bumps `metadata.generation`: all but metadata (and the type, which a
+    write through another served version changes). `status` counts: a kind with the status
+    subresource keeps the old status on a main-resource write, so only a kind without one (a
+    custom resource without the subresource, as upstream) sees it change there."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "kind", "apiVersion")}
 
 
 class Store:

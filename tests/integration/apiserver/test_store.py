@@ -135,11 +135,11 @@ def test_events_after_waits_for_a_write_or_the_timeout(store: Store) -> None:
         assert time.monotonic() - began < 4
     finally:
         safety.cancel()
-    assert not store.closed
+    assert store.closed is False
 
 
 def test_close_wakes_a_waiting_reader(store: Store) -> None:
-    assert not store.closed
+    assert store.closed is False
     closer = threading.Timer(0.1, store.close)
     closer.start()
     began = time.monotonic()
@@ -596,10 +596,12 @@ def test_status_writes(store: Store, events: list[Event]) -> None:
     assert status["details"] == {"name": "a", "group": "example.com", "kind": "things"}
     status = _error(store.patch, THINGS, "ns", "a", "application/merge-patch+json", {}, status=True)
     assert status["code"] == 404
-    # A kind without the subresource keeps a `status` written through the main resource.
+    # A kind without the subresource keeps a `status` written through the main resource, and
+    # counts it as a change of the object (as upstream for a custom resource without one).
     store.create(GADGETS, "", {"metadata": {"name": "g"}})
     written = store.update(GADGETS, "", "g", {"metadata": {"name": "g"}, "status": {"s": 3}})
     assert written["status"] == {"s": 3}
+    assert written["metadata"]["generation"] == 2
 
 
 def test_a_status_write_of_a_built_in_kind_is_not_defaulted(store: Store) -> None:
@@ -614,6 +616,18 @@ def test_a_status_write_of_a_built_in_kind_is_not_defaulted(store: Store) -> Non
         rt, "ns", "c", {"metadata": {"name": "c"}, "status": {"s": 1}}, status=True
     )
     assert written["status"] == {"s": 1}
+
+
+def test_a_strategic_merge_patch_follows_the_kinds_strategies(store: Store) -> None:
+    store.create(NODES, "", {"metadata": {"name": "n", "finalizers": ["x/a"]}})
+    patched = store.patch(
+        NODES,
+        "",
+        "n",
+        "application/strategic-merge-patch+json",
+        {"metadata": {"finalizers": ["x/b"]}},
+    )
+    assert patched["metadata"]["finalizers"] == ["x/a", "x/b"]  # merged, not replaced
 
 
 def test_a_patch_must_leave_an_object(store: Store) -> None:
@@ -859,6 +873,23 @@ def test_collection_goes_on_past_a_kind_a_deletion_took_away(store: Store) -> No
 
 
 # ---- the resource table ----------------------------------------------------------------------
+
+
+def test_the_same_object_through_another_version_is_no_new_generation(store: Store) -> None:
+    v1 = ResourceType("example.com", "v1", "sprockets", "Sprocket", True)
+    v2 = ResourceType("example.com", "v2", "sprockets", "Sprocket", True)
+    store.register([v1, v2])
+    store.create(v1, "ns", {"metadata": {"name": "s"}, "spec": {"n": 1}})
+    updated = store.update(v2, "ns", "s", {"metadata": {"name": "s"}, "spec": {"n": 1}})
+    assert updated["metadata"]["generation"] == 1
+
+
+def test_the_default_history_is_a_thousand_events() -> None:
+    store = Store(TYPES)
+    for i in range(1001):
+        store.create(CONFIGMAPS, "ns", _cm(f"c{i}"))
+    store.check_watchable(1)  # events 2 to 1001 are held
+    assert _error(store.check_watchable, 0)["code"] == 410
 
 
 def test_register_serves_versions_and_keeps_objects(store: Store) -> None:
