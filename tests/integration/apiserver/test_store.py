@@ -222,7 +222,7 @@ def test_timestamps_are_utc_whatever_the_local_zone(
 
 
 def test_create_sets_what_the_server_owns(store: Store) -> None:
-    body = {
+    body: dict[str, Any] = {
         "kind": "Something",
         "apiVersion": "other/v9",
         "metadata": {
@@ -252,7 +252,12 @@ def test_create_sets_what_the_server_owns(store: Store) -> None:
 
 
 def test_create_without_a_name_or_metadata(store: Store) -> None:
-    for body in ({"data": {}}, {"metadata": {}}, {"metadata": {"name": "", "generateName": ""}}):
+    bodies: list[dict[str, Any]] = [
+        {"data": {}},
+        {"metadata": {}},
+        {"metadata": {"name": "", "generateName": ""}},
+    ]
+    for body in bodies:
         status = _error(store.create, THINGS, "ns", body)
         assert (status["code"], status["reason"]) == (422, "Invalid")
         assert status["message"] == (
@@ -567,7 +572,11 @@ def test_status_writes(store: Store, events: list[Event]) -> None:
     # Without a status to clear, a status write without one changes nothing.
     same = store.update(WIDGETS, "ns", "w", {"metadata": {"name": "w"}}, status=True)
     assert same["metadata"]["resourceVersion"] == "1"
-    body = {"metadata": {"name": "w", "labels": {}}, "spec": {"n": 2}, "status": {"s": {"n": 1}}}
+    body: dict[str, Any] = {
+        "metadata": {"name": "w", "labels": {}},
+        "spec": {"n": 2},
+        "status": {"s": {"n": 1}},
+    }
     written = store.update(WIDGETS, "ns", "w", body, status=True)
     assert written["status"] == {"s": {"n": 1}}
     assert written["spec"] == {"n": 1}
@@ -648,13 +657,13 @@ def test_a_patch_must_leave_an_object(store: Store) -> None:
 
 
 def test_lists_filter_by_namespace_and_predicate_and_carry_the_version(store: Store) -> None:
-    for namespace, name, colour in (
+    for ns, name, colour in (
         ("b", "x", "red"),
         ("a", "y", "red"),
         ("a", "x", "blue"),
         ("b", "w", "blue"),
     ):
-        store.create(CONFIGMAPS, namespace, _cm(name, labels={"colour": colour}))
+        store.create(CONFIGMAPS, ns, _cm(name, labels={"colour": colour}))
     store.create(SECRETS, "a", _cm("s"))
 
     def red(obj: Mapping[str, Any]) -> bool:
@@ -663,13 +672,14 @@ def test_lists_filter_by_namespace_and_predicate_and_carry_the_version(store: St
     def keys(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
         return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in items]
 
-    for namespace, match, expected in (
+    cases: list[tuple[str | None, Any, list[tuple[str, str]]]] = [
         (None, _everything, [("a", "x"), ("a", "y"), ("b", "w"), ("b", "x")]),
         ("a", _everything, [("a", "x"), ("a", "y")]),
         (None, red, [("a", "y"), ("b", "x")]),
         ("b", red, [("b", "x")]),
         ("c", _everything, []),
-    ):
+    ]
+    for namespace, match, expected in cases:
         items, rv = store.list_objects(CONFIGMAPS, namespace, match)
         assert (keys(items), rv) == (expected, 5)
         encoded, rv = store.list_json(CONFIGMAPS, namespace, match)

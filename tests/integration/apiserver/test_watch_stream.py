@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, cast
 
 import pytest
 
@@ -60,12 +60,13 @@ def _stream(
     request: WatchRequest,
     interval: float = 60.0,
     alive: Callable[[], bool] | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     # Closing the store ends any wait, even one a broken stream would never end on its own.
     safety = threading.Timer(8, store.close)
     safety.daemon = True
     safety.start()
-    return stream(store, request, bookmark_interval_s=interval, alive=alive or _patience())
+    events = stream(store, request, bookmark_interval_s=interval, alive=alive or _patience())
+    return cast(Generator[dict[str, Any], None, None], events)
 
 
 @pytest.fixture
