@@ -68,8 +68,9 @@ $PLUGIN/test_driver_root.py"
 tests/unit/kubeletplugin/test_mps_lifecycle.py $PLUGIN/test_mps.py $PLUGIN/test_recovery.py"
   [localcluster.storage]="$APISERVER/test_crud.py $APISERVER/test_patch.py $APISERVER/test_strategic_patch.py \
 $APISERVER/test_status_subresource.py $APISERVER/test_selectors.py $APISERVER/test_lifecycle.py \
-$APISERVER/test_watch.py $APISERVER/test_eviction.py"
-  [localcluster.watch]="$APISERVER/test_watch.py $APISERVER/test_lifecycle.py $APISERVER/test_crud.py"
+$APISERVER/test_watch.py $APISERVER/test_eviction.py $APISERVER/test_store.py $APISERVER/test_watch_stream.py"
+  [localcluster.watch]="$APISERVER/test_watch.py $APISERVER/test_lifecycle.py $APISERVER/test_crud.py \
+$APISERVER/test_watch_stream.py"
 )
 ORDER=(
   dra_driver.checkpoint

@@ -67,7 +67,11 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _spec_part(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+    """The part of an object whose change bumps `metadata.generation`: all but metadata and the
+    type (a write through another served version changes the type). `status` counts: a kind with
+    the status subresource keeps its old status on a main-resource write, so only a kind without
+    one (a custom resource without the subresource, as upstream) sees a change there."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "kind", "apiVersion")}
 
 
 class Store:
