@@ -481,6 +481,40 @@ async def test_a_hold_keeps_freed_devices_for_its_pod_until_its_turn() -> None:
     assert isinstance(last.decide([a1]), Decision)
 
 
+async def test_a_hold_takes_each_freed_device_on_its_node_past_those_still_held() -> None:
+    view = cluster({"n1": "H100-SXM5-80GB:2"})
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"]))
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "1"}))
+    still = allocated("v1", "qa", "gpu-0")
+    gone = allocated("v2", "qa", "gpu-1")["status"]["allocation"]
+    put(view, "resourceclaims", still)
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("v2", objects.request("req", "gpu", 1), namespace="qa"),
+    )
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("a1", objects.request("req", "gpu", 1), namespace="qa"),
+    )
+    keeper = QueueKeeper(SETTINGS, view)
+    waiting = hold(time.monotonic() + 60)
+    # The first victim still holds its GPU; the second's is free, and kept all the same.
+    waiting.claims = {("qa", "v1"): still["status"]["allocation"], ("qa", "v2"): gone}
+    keeper.holds[("qb", "b1")] = waiting
+    a1, b1 = gated_pod("a1", "qa", ["a1"]), gated_pod("b1", "qb", ["b1"])
+    placer = view.placer()
+    assert placer.node_load.get("n1") == 1
+    this = QueuePass.start(keeper, [[a1]], [a1, b1])
+    assert this._applied == {("qb", "b1"): [(gone, "n1")]}
+    assert placer.node_load.get("n1") == 2  # the held GPU counts on its node
+    assert isinstance(this.decide([a1]), Unallocatable)
+    this.finish()
+    assert placer.node_load.get("n1") == 1
+    assert isinstance(this.decide([a1]), Decision)
+
+
 async def test_reclaim_evicts_the_newest_borrowed_pod_and_holds_its_devices() -> None:
     view = cluster({"n1": "H100-SXM5-80GB:2"})
     put(view, "gpuqueues", gpu_queue("a", namespaces=["qa"], guaranteed={"gpu": "1"}))

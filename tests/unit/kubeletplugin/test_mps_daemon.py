@@ -3,6 +3,7 @@ small scripts in its place for a tool that fails, hangs or leaves a daemon that 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -389,3 +390,91 @@ async def test_a_daemon_slow_to_exit_after_quit_is_waited_for_not_signalled(
         await control.quit(UUID, _dirs(tmp_path), daemon)
     assert not process_alive(daemon)
     assert logs == []
+
+
+# --- edges of running the tool ---------------------------------------------------------------
+
+
+def test_the_tool_is_given_ten_seconds_by_default() -> None:
+    assert MpsControl(["unused"]).timeout_s == 10.0
+
+
+async def test_undecodable_output_of_the_tool_is_replaced(tmp_path: Path) -> None:
+    control = MpsControl([str(_script(tmp_path, "cat >/dev/null; printf 'bad \\377 byte'\n"))])
+    assert await control.ask(UUID, _dirs(tmp_path), "get_server_list") == "bad \ufffd byte"
+
+
+async def test_a_start_reads_nothing_but_an_empty_standard_input(tmp_path: Path) -> None:
+    seen = tmp_path / "stdin"
+    tool = _script(tmp_path, f'readlink /proc/self/fd/0 > "{seen}"\nexit 2\n')
+    with pytest.raises(MpsError):
+        await MpsControl([str(tool)]).start(UUID, _dirs(tmp_path))
+    assert seen.read_text().strip() == os.devnull
+
+
+async def test_a_start_makes_a_log_directory_whose_parent_is_missing(tmp_path: Path) -> None:
+    dirs = DaemonDirs(tmp_path / "pipes/gpu", tmp_path / "logs/gpu")
+    with pytest.raises(MpsError):
+        await MpsControl([str(_script(tmp_path, "exit 2\n"))]).start(UUID, dirs)
+    assert dirs.pipe.is_dir() and dirs.log.is_dir()
+
+
+async def test_a_tool_gone_just_as_its_timeout_is_killed_is_still_a_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Gone:
+        returncode = None
+
+        async def communicate(self, stdin: bytes | None) -> tuple[bytes, bytes]:
+            await asyncio.sleep(60)
+            return b"", b""
+
+        def kill(self) -> None:
+            raise ProcessLookupError
+
+        async def wait(self) -> int:
+            return 0
+
+    async def create(*args: object, **kwargs: object) -> Gone:
+        return Gone()
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", create)
+    with pytest.raises(MpsError) as caught:
+        await MpsControl(["tool"], timeout_s=0.1).ask(UUID, _dirs(tmp_path))
+    assert str(caught.value) == "tool  did not finish in 0.1 s"
+
+
+# --- reaping ---------------------------------------------------------------------------------
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+async def test_a_dead_daemon_that_was_our_child_is_reaped_when_looked_for(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """The plugin is PID 1 of its container, so detached daemons end up as its children: one
+    that died is reaped by the look that finds it gone, not left a zombie."""
+    daemon = await _stand_in(processes, tmp_path, "mps-daemon", ignore_term=False)
+    os.kill(daemon, signal.SIGKILL)
+    await eventually(lambda: not process_alive(daemon), "the stand-in to exit")
+    dirs = _dirs(tmp_path)
+    _pid_file(dirs, daemon)
+    assert MpsControl(["unused"]).running_pid(dirs) is None
+    assert _reaped(daemon)
+
+
+async def test_a_daemon_that_quits_is_reaped_when_it_was_our_child(
+    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    daemon = await _stand_in(processes, tmp_path, "mps-daemon", ignore_term=False)
+    tool = _script(tmp_path, f"cat >/dev/null\nkill -9 {daemon}\n")
+    with structlog.testing.capture_logs() as logs:
+        await MpsControl([str(tool)], timeout_s=20).quit(UUID, _dirs(tmp_path), daemon)
+    assert logs == []
+    assert _reaped(daemon)

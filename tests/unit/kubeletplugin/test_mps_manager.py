@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import structlog.testing
+
 from dra_driver.checkpoint import MpsDaemonRecord
 from kubeletplugin.mps.daemon import DaemonDirs, MpsControl, MpsError
 from kubeletplugin.mps.manager import MpsManager
@@ -271,3 +273,16 @@ async def test_by_default_three_deaths_in_five_minutes_make_the_shares_unhealthy
     assert manager.unhealthy() == {
         0: f"MPS control daemon for {UUID} failed 3 times in 300 s: the MPS control daemon died"
     }
+
+
+async def test_the_shares_turning_unhealthy_is_logged_once(tmp_path: Path) -> None:
+    manager, control, *_ = _manager(tmp_path, max_failures=1)
+    record = manager.record(UUID, 3, 55)
+    # The second death changes the reason (the count), not the state: no second error.
+    for version in (1, 2):
+        with structlog.testing.capture_logs() as logs:
+            control.pids.clear()
+            record = await manager.revive(record)
+        errors = [(e["event"], e.get("minor")) for e in logs if e["log_level"] == "error"]
+        assert errors == ([("MPS shares unhealthy", 3)] if version == 1 else [])
+        assert manager.health_version == version
