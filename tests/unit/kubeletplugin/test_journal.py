@@ -101,6 +101,29 @@ async def test_a_forgotten_claim_leaves_the_file_with_the_next_save_of_any_claim
     assert _on_disk(store) == {"b"} and not journal.removal_unsaved("a")
 
 
+async def test_a_removal_made_as_a_waiting_commit_queues_is_saved_by_that_commit(
+    store: GatedStore,
+) -> None:
+    journal = CheckpointJournal(store, Checkpoint(boot_id=BOOT))
+    await journal.commit(journal.checkpoint.with_claim(_claim("a")))
+
+    async def add(uid: str) -> None:
+        await journal.commit(journal.checkpoint.with_claim(_claim(uid)))
+
+    store.gate.clear()
+    store.entered.clear()
+    first = asyncio.create_task(add("b"))
+    await asyncio.to_thread(store.entered.wait)
+    waiting = asyncio.create_task(add("c"))
+    await asyncio.sleep(0)  # up to the save lock
+    # The last change before the waiting commit's save: that save writes it.
+    journal.forget("a")
+    store.gate.set()
+    await asyncio.gather(first, waiting)
+    assert _on_disk(store) == {"b", "c"}
+    assert not journal.removal_unsaved("a")
+
+
 async def test_flush_writes_a_forgotten_claim_and_then_saves_nothing_more(
     store: GatedStore,
 ) -> None:

@@ -162,3 +162,37 @@ async def test_an_instance_another_claim_records_is_never_taken(
     await journal.commit(journal.checkpoint.without_claim("b"))
     assert await operations.destroy_claimed(completed) is False
     assert [i.gi_id for i in backend.gpu_instances(1)] == [theirs]
+
+
+async def test_a_started_claim_skips_a_device_the_node_no_longer_has(
+    backend: FakeBackend, store: CheckpointStore
+) -> None:
+    journal = CheckpointJournal(store, Checkpoint(boot_id=BOOT))
+    operations = _operations(backend, journal, Steps(store))
+    backend.create_gpu_instance(1, "3g.40gb", HALF)
+    # A whole GPU that fell off the bus before the restart: no MIG device of the claim's there.
+    record = objects.claim_record(
+        "a", [("gpu-5", DeviceType.GPU, 5), (DEVICE, DeviceType.MIG, 1)], pool="node-a"
+    )
+
+    assert await operations.destroy_claimed(record) is True
+    assert backend.gpu_instances(1) == ()
+
+
+async def test_a_device_recorded_as_made_on_demand_that_is_not_does_not_end_the_search(
+    backend: FakeBackend, store: CheckpointStore
+) -> None:
+    journal = CheckpointJournal(store, Checkpoint(boot_id=BOOT))
+    operations = _operations(backend, journal, Steps(store))
+    admin = backend.create_gpu_instance(1, "1g.10gb", MigPlacement(0, 1))
+    admin_ci = backend.create_compute_instance(1, admin)
+    backend.create_gpu_instance(1, "3g.40gb", HALF)
+    # A damaged record: an administrator's MIG device without its pre-created mark, first.
+    record = objects.claim_record(
+        "a",
+        [(f"gpu-1-mig-{admin}-{admin_ci}", DeviceType.MIG, 1), (DEVICE, DeviceType.MIG, 1)],
+        pool="node-a",
+    )
+
+    assert await operations.destroy_claimed(record) is True
+    assert [i.gi_id for i in backend.gpu_instances(1)] == [admin]

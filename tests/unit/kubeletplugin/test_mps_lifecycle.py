@@ -33,6 +33,7 @@ from tests.support import objects
 
 BOOT = "boot-1"
 UUID = "GPU-00000000-0000-0000-0000-000000000001"
+OTHER = "GPU-00000000-0000-0000-0000-000000000002"
 
 
 class Steps(faults.CrashPoints):
@@ -114,6 +115,18 @@ async def test_a_device_without_mps_clients_gets_no_daemon(node: Node) -> None:
     assert node.lifecycle.mounts(record.devices[0]) == ()
 
 
+async def test_a_whole_gpu_beside_a_share_gets_no_daemon(node: Node) -> None:
+    assert node.manager is not None
+    record = objects.claim_record(
+        "a", [("gpu-1", DeviceType.GPU, 1), ("gpu-0-shared", DeviceType.SHARED, 0)]
+    )
+    node.journal.keep(node.journal.checkpoint.with_claim(record))
+    record = await node.lifecycle.start(record, [False, True], {0: OTHER, 1: UUID})
+    assert [d.mps_uuid for d in record.devices] == [None, UUID]
+    assert set(node.manager.running()) == {UUID}
+    assert set(node.journal.checkpoint.mps_daemons) == {UUID}
+
+
 async def test_clients_find_the_pipe_directory_where_the_host_sees_it(
     node: Node, tmp_path: Path
 ) -> None:
@@ -138,6 +151,8 @@ async def test_without_a_manager_limits_travel_alone(tmp_path: Path) -> None:
     device = replace(record.devices[0], mps_uuid=UUID)
     assert bare.lifecycle.mounts(device) == ()
     assert await bare.lifecycle.check() is False
+    # A record from a plugin that ran daemons: nothing to stop here, and no error.
+    await bare.lifecycle.release(replace(record, devices=(device,)))
 
 
 async def test_daemons_no_claim_needs_are_stopped_even_when_only_a_pid_file_names_them(
