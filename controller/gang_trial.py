@@ -25,6 +25,14 @@ def _name(pod: Obj) -> str:
     return f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}"
 
 
+def usable_nodes(view: ClusterView, pod: Obj, claims: Sequence[Obj]) -> list[str]:
+    """The nodes a pod may run on (its selectors, affinity and tolerations), narrowed to the node
+    of a claim it holds already: reclaim for it frees room on these alone."""
+    pinned = {n for c in claims if (a := allocation_of(c)) and (n := allocation_node(a))}
+    nodes = eligible_nodes(pod, view.nodes.values()).nodes
+    return [n for n in nodes if not pinned or n in pinned]
+
+
 @dataclass(slots=True)
 class _Member:
     pod: Obj
@@ -56,11 +64,7 @@ class ViewGangTrial:
             missing = [
                 c for c in claims if allocation_of(c) is None and key_of(c) not in self.view.assumed
             ]
-            pinned = {n for c in claims if (a := allocation_of(c)) and (n := allocation_node(a))}
-            nodes = eligible_nodes(pod, self.view.nodes.values()).nodes
-            if pinned:
-                nodes = [n for n in nodes if n in pinned]
-            self._members.append(_Member(pod, missing, list(nodes)))
+            self._members.append(_Member(pod, missing, usable_nodes(self.view, pod, claims)))
 
     # --- GangTrial ------------------------------------------------------------------------------
 

@@ -36,11 +36,10 @@ from typing import Any
 import structlog
 
 from controller.decide import Decision, Outcome, Unallocatable, decide
-from controller.gang_trial import ViewGangTrial
+from controller.gang_trial import ViewGangTrial, usable_nodes
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
 from controller.node_load import FINISHED_PHASES
-from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import (
@@ -598,10 +597,7 @@ class QueuePass:
 
         # Only nodes the pod may run on (its selectors and tolerations, and the node of a claim
         # it holds already), as for a gang's members: victims elsewhere free nothing it can use.
-        allowed = set(eligible_nodes(pod, view.nodes.values()).nodes)
-        pinned = {n for c in claims if (a := allocation_of(c)) and (n := allocation_node(a))}
-        if pinned:
-            allowed &= pinned
+        allowed = set(usable_nodes(view, pod, claims))
         return choose_victims(units, lambda node, freed: node in allowed and fits(node, freed))
 
 
