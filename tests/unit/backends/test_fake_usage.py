@@ -109,7 +109,7 @@ def test_two_pods_on_one_gpu_add_up_to_at_most_100(
     apply_pod_load(state_dir, NODE, proc_root, POD_B, [whole], 90)  # replaces B's process
     first = backend.usage()
     assert first.gpus[0].sm_percent == 100.0
-    assert sorted(p.sm_percent for p in first.processes) == [25.0, 90.0]
+    assert sorted(p.sm_percent or 0.0 for p in first.processes) == [25.0, 90.0]
 
     clear_pod_load(state_dir, NODE, proc_root, POD_A)
     assert backend.usage().gpus[0].sm_percent == 90.0
