@@ -8,6 +8,11 @@ node: it has its own event loop, its own checkpoint and fake-GPU state files, an
 killed and restarted without the rest of the cluster noticing. Everything else runs in the
 caller's event loop. Paths live under one short directory, because unix socket paths are
 limited to 108 bytes.
+
+GPU usage: each node has a fake proc root (`<node>/proc`, the plugin's `--proc-root`) where the
+node agent writes the cgroup files of the fake processes it runs for pods annotated with a fake
+utilization (see `roles/node_agent.py`); the plugins sample every second, and `idle_after`
+(seconds) is their `--idle-after`, so tests and the demo see devices go idle without waiting.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from kubernetes import client, dynamic
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
+from dra_driver.backends.fake.state import FileStateStore, state_file_name
 from localcluster.apiserver import ApiServer
 from localcluster.crds import bundled_definitions
 from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
 from localcluster.roles import claims_from_templates, scheduler
-from localcluster.roles.node_agent import NodeAgent
+from localcluster.roles.node_agent import FakeLoad, NodeAgent
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +47,9 @@ log = structlog.get_logger(__name__)
 #: reservations already taken off): the scheduler stand-in and the controller both check pods'
 #: CPU and memory requests against it.
 NODE_ALLOCATABLE = {"cpu": "110", "memory": "1900Gi", "ephemeral-storage": "3Ti", "pods": "110"}
+
+#: Seconds between the plugins' usage samples: short, so tests and the demo need not wait.
+TELEMETRY_INTERVAL_S = 1
 
 
 @dataclass
@@ -71,6 +80,11 @@ class LocalNode:
         return self.root / "fake-gpus"
 
     @property
+    def proc_root(self) -> Path:
+        """The node's fake /proc: cgroup files of the fake processes on its GPUs."""
+        return self.root / "proc"
+
+    @property
     def log_path(self) -> Path:
         return self.root / "plugin.log"
 
@@ -96,9 +110,14 @@ class LocalCluster:
         controllers: int = 1,
         controller_args: tuple[str, ...] = (),
         watch_history: int = DEFAULT_WATCH_HISTORY,
+        idle_after: float | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
+        if idle_after is not None and idle_after < 0:
+            raise ValueError(f"idle_after must be at least 0 seconds, got {idle_after}")
+        # The plugins' --idle-after in seconds; None leaves the plugin's default.
+        self.idle_after = idle_after
         self.gpus = gpus
         self.driver_name = driver_name
         # `watch_history` bounds the API server's event history: a small one makes the daemons'
@@ -145,8 +164,17 @@ class LocalCluster:
                 }
             )
             root = self.workdir / name
-            agent = NodeAgent(self.api, name, root / "registry", root / "cdi", poll_s=self._poll_s)
+            load = FakeLoad(self.driver_name, root / "fake-gpus", root / "proc")
+            agent = NodeAgent(
+                self.api,
+                name,
+                root / "registry",
+                root / "cdi",
+                poll_s=self._poll_s,
+                fake_load=load,
+            )
             node = LocalNode(name, root, agent)
+            _boot(node)
             self.nodes.append(node)
             self.start_plugin(node)
         for controller in self.controllers:
@@ -173,11 +201,22 @@ class LocalCluster:
             f"--fake-state-dir={node.fake_state_dir}",
             f"--fake-gpus={self.gpus}",
             "--log-format=json",
+            *self._telemetry_args(node),
             *self._plugin_args,
         ]
         env = {**os.environ, **(extra_env or {})}
         with node.log_path.open("ab") as log_file:
             node.process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=log_file)
+
+    def _telemetry_args(self, node: LocalNode) -> list[str]:
+        from kubeletplugin.flags import FLAGS  # noqa: PLC0415 - TEMPORARY until telemetry lands
+
+        if "--telemetry-interval" not in {f.name for f in FLAGS}:
+            return []
+        args = [f"--proc-root={node.proc_root}", f"--telemetry-interval={TELEMETRY_INTERVAL_S}"]
+        if self.idle_after is not None:
+            args.append(f"--idle-after={self.idle_after:g}")
+        return args
 
     def start_controller(self, controller: LocalController) -> None:
         """(Re)start an allocation controller process (`dra-controller`).
@@ -285,3 +324,15 @@ class LocalCluster:
                 resource.create(body=doc, namespace=namespace or "default")
             else:
                 resource.create(body=doc)
+
+
+def _boot(node: LocalNode) -> None:
+    """What a reboot does to a node's fake processes: they end. A fresh workdir has none; a
+    reused one may hold those of an earlier run, in the fake GPU state and the proc root."""
+    shutil.rmtree(node.proc_root, ignore_errors=True)
+    node.proc_root.mkdir(parents=True)
+    state_dir = node.root / "fake-gpus"
+    if (state_dir / state_file_name(node.name)).exists():
+        with FileStateStore(state_dir, node.name).transaction() as state:
+            if state.processes:
+                state.processes = []

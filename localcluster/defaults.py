@@ -12,3 +12,7 @@ DEFAULT_WATCH_HISTORY = 1000
 
 DEFAULT_GPUS = "H100-SXM5-80GB:8"
 """Every node's fake GPUs (`LocalCluster` and `dra-driver local-cluster --gpus`)."""
+
+DEMO_IDLE_AFTER_S = 3.0
+"""The plugins' `--idle-after` in the demo when none is given: short, so that the demo's idle
+pod is reported idle within seconds (`run_demo`, `dra-driver local-cluster --demo`)."""

@@ -16,7 +16,17 @@ import sys
 from pathlib import Path
 
 from dra_driver.logging_setup import configure_logging
-from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
+from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY, DEMO_IDLE_AFTER_S
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -35,7 +45,10 @@ async def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with LocalCluster(
-        nodes=args.nodes, gpus=args.gpus, watch_history=args.watch_history
+        nodes=args.nodes,
+        gpus=args.gpus,
+        watch_history=args.watch_history,
+        idle_after=args.idle_after,
     ) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
@@ -64,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
                 timeout_s=args.timeout,
                 out=sys.stdout,
                 watch_history=args.watch_history,
+                idle_after=args.idle_after,
             )
         )
     with contextlib.suppress(KeyboardInterrupt):
@@ -105,6 +119,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="EVENTS",
         help="writes the API server keeps for watches; older watches get 410 Gone and list "
         f"again (default {DEFAULT_WATCH_HISTORY})",
+    )
+    parser.add_argument(
+        "--idle-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="every plugin's --idle-after: how long a device must stay unused before its "
+        "claim's status says Idle=True (default: the plugin's, 30 minutes; the demo uses "
+        f"{DEMO_IDLE_AFTER_S:g} s); the plugins sample usage every second",
     )
     parser.add_argument("--verbose", action="store_true", help="log what the stand-ins do")
     parser.set_defaults(run=run)
