@@ -8,9 +8,10 @@ checker re-evaluates classes, selectors, counts, constraints, counters and capac
 published slices), the devices the kubelet plugin prepared must be exactly the allocated ones on
 the pod's node, and the container environment must name every one of them.
 
-Beside the examples it runs a busy pod and an idle pod (:mod:`localcluster.usage_scenario`) and
-fails unless the driver reports the idle one's GPU idle in its claim's status and not the busy
-one's; the plugins' `--idle-after` is a few seconds here, so this adds little to the run.
+After the examples it runs a busy pod and an idle pod on whole GPUs with MIG mode off
+(:mod:`localcluster.usage_scenario`) and fails unless the driver reports the idle one's GPU idle
+in its claim's status and not the busy one's; the plugins' `--idle-after` is two seconds here,
+so this adds a few seconds to the run.
 
 The DeviceClasses come from :mod:`dra_driver.deviceclasses`, as the Helm chart's do, so the
 examples in deploy/examples/ run unchanged here and on a cluster with the chart installed.
@@ -38,7 +39,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.defaults import DEFAULT_WATCH_HISTORY, DEMO_IDLE_AFTER_S
 from localcluster.queue_scenario import two_teams
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
-from localcluster.usage_scenario import UsagePods, check_usage, remove_usage
+from localcluster.usage_scenario import busy_and_idle
 
 ENV_PREFIXES = ("DRA_", "CUDA_MPS_", "NVIDIA_", "CUDA_VISIBLE")
 
@@ -86,9 +87,9 @@ async def run_demo(
     usage: bool = True,
     idle_after: float | None = None,
 ) -> int:
-    """Run the examples and (with `usage`) the busy and idle pods beside them, then (with
-    `queues`) the two-team queue scenario on the same cluster. `idle_after` is the plugins'
-    `--idle-after` in seconds (default `DEMO_IDLE_AFTER_S`)."""
+    """Run the examples, then (with `usage`) the busy and idle pods, then (with `queues`) the
+    two-team queue scenario on the same cluster. `idle_after` is the plugins' `--idle-after` in
+    seconds (default `DEMO_IDLE_AFTER_S`)."""
     files = example_files(examples)
     documents = load_documents(files)
     pods = [
@@ -109,9 +110,6 @@ async def run_demo(
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))
         cluster.apply(documents)
-        usage_pods = UsagePods(cluster) if usage else None
-        if usage_pods is not None:
-            await asyncio.to_thread(usage_pods.create)
         reports = {key: PodReport(*key) for key in pods}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not all(
@@ -123,17 +121,13 @@ async def run_demo(
         await asyncio.to_thread(_judge, cluster, reports)
         for report in reports.values():
             _print_pod(report, out)
-        usage_problems: list[str] = []
-        if usage_pods is not None:
-            usage_problems = await check_usage(usage_pods, out)
-            # Gone before the examples' release check, which wants every node empty.
-            usage_problems += await remove_usage(usage_pods)
         await _delete_and_check_release(cluster, reports, deadline=time.monotonic() + 30)
         await asyncio.to_thread(_delete_claims, cluster, documents)
+        usage_problems = await busy_and_idle(cluster, out) if usage else None
         queue_problems = await two_teams(cluster, out) if queues else []
     failed = [r for r in reports.values() if not r.ok]
     print(file=out)
-    for problem in usage_problems:
+    for problem in usage_problems or []:
         print(f"FAILED usage: {problem}", file=out)
     for problem in queue_problems:
         print(f"FAILED queues: {problem}", file=out)
@@ -146,7 +140,7 @@ async def run_demo(
     print(
         f"all {len(reports)} example pods got what they asked for and released it "
         f"({len(files)} example files)"
-        + ("; the idle GPU was reported idle, the busy one not" if usage else "")
+        + ("; the idle GPU was reported idle, the busy one not" if usage_problems == [] else "")
         + ("; the queues behaved" if queues else ""),
         file=out,
     )

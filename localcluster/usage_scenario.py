@@ -1,20 +1,22 @@
 """A busy pod and an idle pod on whole GPUs, and what the driver says about their usage.
 
-Both pods (namespace `usage`) get one whole GPU each; the node agent runs a fake process for
+Both pods (namespace `usage`) get one whole GPU each, with MIG mode off: NVML reports no
+utilisation for a GPU in MIG mode (docs/telemetry.md), so such a GPU is never called idle, and
+the pods' claims select GPUs without it by UUID. The node agent runs a fake process for
 each at the percent of its `gpu.dra-driver.dev/fake-utilization` annotation (80 and 0). The
 kubelet plugins sample every second, so within the plugins' `--idle-after` (a few seconds in the
 demo) the idle pod's claim says `Idle=True` for its device in `status.devices`, while the busy
 one's says `Idle=False` or nothing.
 
-The demo runs it beside the examples (its pods start with them, so waiting for the idle one costs
-little); it returns what went wrong (nothing, when the driver behaves) and prints what it saw.
+The demo runs it after the examples; it returns what went wrong (nothing, when the driver
+behaves) and prints what it saw.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -22,6 +24,7 @@ from typing import Any, TextIO
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.backends.fake import FakeBackend
 from dra_driver.device_status import IDLE, allocated_devices, idleness, parse_time
 from dra_driver.deviceclasses import class_name
 from dra_driver.pod_claims import claim_names
@@ -64,9 +67,11 @@ class DeviceReport:
 class UsagePods:
     """The two pods: made, read and removed through the API as a user would."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, uuids: Sequence[str] = ()) -> None:
+        """`uuids`: the GPUs the pods may get (all whole GPUs when empty)."""
         assert cluster.api is not None
         self.cluster = cluster
+        self.uuids = tuple(uuids)
         self.driver = cluster.driver_name
         # Typed as Any: bodies are plain dicts, which the client sends as they are.
         self.core: Any = client.CoreV1Api(cluster.api)
@@ -74,7 +79,12 @@ class UsagePods:
 
     def create(self) -> None:
         self.core.create_namespace({"metadata": {"name": NAMESPACE}})
-        request = {"name": "gpu", "exactly": {"deviceClassName": class_name("gpu", self.driver)}}
+        exactly: Obj = {"deviceClassName": class_name("gpu", self.driver)}
+        if self.uuids:
+            listed = ", ".join(f'"{u}"' for u in self.uuids)
+            expression = f'device.attributes["{self.driver}"].uuid in [{listed}]'
+            exactly["selectors"] = [{"cel": {"expression": expression}}]
+        request = {"name": "gpu", "exactly": exactly}
         self.objects.create_namespaced_custom_object(
             "resource.k8s.io",
             "v1",
@@ -250,3 +260,32 @@ async def remove_usage(pods: UsagePods, timeout_s: float = 30.0) -> list[str]:
     if not await _until(pods.gone, timeout_s):
         return ["usage: the busy and idle pods or their claims were not gone 30 s after deletion"]
     return []
+
+
+def gpus_without_mig(cluster: LocalCluster) -> list[str]:
+    """UUIDs of the cluster's GPUs with MIG mode off, the only whole GPUs with a utilisation."""
+    found: list[str] = []
+    for node in cluster.nodes:
+        backend = FakeBackend.from_spec(cluster.gpus, node.name, state_dir=node.fake_state_dir)
+        try:
+            found.extend(g.uuid for g in backend.inventory().gpus if not g.mig_enabled)
+        finally:
+            backend.close()
+    return found
+
+
+async def busy_and_idle(cluster: LocalCluster, out: TextIO) -> list[str] | None:
+    """The whole scenario on a running cluster: the problems found, or None when the cluster
+    has fewer than two GPUs with MIG mode off (then it says so and checks nothing)."""
+    uuids = await asyncio.to_thread(gpus_without_mig, cluster)
+    if len(uuids) < len(PODS):
+        print(
+            "\nusage: skipped: fewer than two GPUs with MIG mode off, and NVML reports no "
+            "utilisation for a whole GPU in MIG mode",
+            file=out,
+        )
+        return None
+    pods = UsagePods(cluster, uuids)
+    await asyncio.to_thread(pods.create)
+    problems = await check_usage(pods, out)
+    return problems + await remove_usage(pods)

@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 
 from dra_driver.logging_setup import configure_logging
-from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY, DEMO_IDLE_AFTER_S
+from localcluster.defaults import (
+    DEFAULT_GPUS,
+    DEFAULT_WATCH_HISTORY,
+    DEMO_GPUS,
+    DEMO_IDLE_AFTER_S,
+)
 
 
 def _seconds(text: str) -> float:
@@ -46,7 +51,7 @@ async def _serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     async with LocalCluster(
         nodes=args.nodes,
-        gpus=args.gpus,
+        gpus=args.gpus or DEFAULT_GPUS,
         watch_history=args.watch_history,
         idle_after=args.idle_after,
     ) as cluster:
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             run_demo(
                 args.demo,
                 nodes=args.nodes,
-                gpus=args.gpus,
+                gpus=args.gpus or DEMO_GPUS,
                 timeout_s=args.timeout,
                 out=sys.stdout,
                 watch_history=args.watch_history,
@@ -97,9 +102,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--nodes", type=_positive, default=2, help="number of nodes (default 2)")
     parser.add_argument(
         "--gpus",
-        default=DEFAULT_GPUS,
         metavar="PROFILE:COUNT",
-        help=f"fake GPUs of every node (default {DEFAULT_GPUS})",
+        help=f"fake GPUs of every node, or a YAML file of them (default {DEFAULT_GPUS}; with "
+        f"--demo, {DEMO_GPUS}: eight H100, two with MIG mode off)",
     )
     parser.add_argument(
         "--demo",
