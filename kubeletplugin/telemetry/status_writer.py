@@ -7,10 +7,13 @@ conditions of our own entries are kept as they are (`dra_driver.device_status.wi
 A claim that is gone, was re-created under the same name, or no longer holds the device needs no
 condition, and the write is dropped.
 
-The claim is read and written as plain JSON (`_preload_content=False`), as prepare reads it:
-the typed models would drop fields this client version does not know and the write would then
-erase them. The PUT goes through `ResourceV1Api.replace_namespaced_resource_claim_status` so
-that the chart's RBAC stays derivable from the code (tests/deploy/api_calls.py).
+The claim is read and written as plain JSON (`_preload_content=False`), as prepare reads it.
+The PUT to `resourceclaims/<name>/status` goes through the custom-objects method, not
+`ResourceV1Api.replace_namespaced_resource_claim_status`: that one validates its body into the
+client's typed model first, which drops every field this client version does not know (the write
+would then erase them) and rewrites the condition times in another format. Either way it is a
+public client method, so the chart's RBAC stays derivable from the code
+(tests/deploy/api_calls.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import structlog
 from kubernetes import client
 
 from dra_driver.device_status import DeviceKey, allocated_devices, with_condition
-from kubeletplugin.prepare.claims import KubernetesClaimSource
+from kubeletplugin.prepare.claims import GROUP, PLURAL, VERSION, KubernetesClaimSource
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +45,7 @@ class WriteOutcome(enum.Enum):
 class ClaimStatusWriter:
     def __init__(self, api: client.ApiClient, driver_name: str) -> None:
         self._source = KubernetesClaimSource(api)
-        self._resources = client.ResourceV1Api(api)
+        self._objects = client.CustomObjectsApi(api)
         self._driver = driver_name
 
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -69,12 +72,8 @@ class ClaimStatusWriter:
                 "status": status,
             }
             try:
-                # A plain dict goes out as it is; the typed model would drop unknown fields.
-                response: Any = self._resources.replace_namespaced_resource_claim_status(
-                    name,
-                    namespace,
-                    body,  # type: ignore[arg-type]
-                    _preload_content=False,
+                response: Any = self._objects.replace_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, body, _preload_content=False
                 )
             except client.ApiException as err:
                 if err.status == 409:
