@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from controller.flags import FLAGS as CONTROLLER_FLAGS
+from dra_driver.cli.flag_types import duration, percent
 from dra_driver.cli.flagdocs import environment_variables
 from dra_driver.cli.flags import Flag, build_parser
 from dra_driver.deviceclasses import device_classes
@@ -104,6 +105,7 @@ def test_plugin_daemonset_runs_privileged_with_the_kubelet_paths() -> None:
         "cdi": "/var/run/cdi",
         "dev": "/dev",
         "driver-root": "/",
+        "host-proc": "/proc",
     }
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     # The DRA socket path must be the same inside and outside the container.
@@ -130,6 +132,21 @@ def test_the_driver_root_is_mounted_read_only_and_named_for_the_runtime() -> Non
     (daemonset,) = [t for path, t in texts.items() if path.endswith("kubeletplugin-daemonset.yaml")]
     override = _env(yaml.safe_load(daemonset)["spec"]["template"]["spec"]["containers"][0])
     assert override["DRA_CONTAINER_DRIVER_ROOT"] == "/host/run/nvidia/driver"
+
+
+def test_the_plugin_reads_the_hosts_proc_and_the_telemetry_settings() -> None:
+    """NVML names GPU processes by host pid: the host's /proc is mounted read-only and the
+    plugin pointed at it (it keeps its own PID namespace); the settings parse as the flags do."""
+    objects = render("defaults")
+    container = _container(objects, "DaemonSet")
+    assert not one(objects, "DaemonSet")["spec"]["template"]["spec"].get("hostPID")
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "host-proc"]
+    assert mount == {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    env = _env(container)
+    assert env["DRA_PROC_ROOT"] == "/host/proc"
+    assert duration(env["DRA_TELEMETRY_INTERVAL"]) == 10
+    assert percent(env["DRA_IDLE_THRESHOLD"]) == 5
+    assert duration(env["DRA_IDLE_AFTER"]) == 1800
 
 
 def test_fake_gpus_need_neither_dev_nor_the_driver() -> None:
