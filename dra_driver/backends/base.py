@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from api.v1alpha1.types import TimeSliceInterval
+from dra_driver.backends.usage import UsageSample
 from dra_driver.inventory.model import GpuInstance, Inventory, MigDevice, MigPlacement
 
 # A backend sets the interval a claim's configuration names, so the protocol takes the config
@@ -105,6 +106,11 @@ class GpuBackend(Protocol):
 
     def health_events(self) -> tuple[HealthEvent, ...]:
         """Health changes since the last call (drained on read)."""
+        ...
+
+    def usage(self) -> UsageSample:
+        """How the GPUs, MIG devices and compute processes are used right now (see
+        docs/telemetry.md); one GPU that cannot be read goes to `failures`, the rest stand."""
         ...
 
     def close(self) -> None: ...

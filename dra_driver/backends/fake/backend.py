@@ -14,8 +14,11 @@ Semantics worth knowing (each chosen to match NVML or, where NVML has no equival
   teardown can converge;
 - MIG operations on a GPU without MIG mode raise NotSupportedError, while listing its
   instances returns nothing;
-- a new boot ID drops live instances and time-slice settings, as a reboot would; injected
-  faults stay, since a test put them there;
+- a new boot ID drops live instances, time-slice settings and fake processes, as a reboot
+  would; injected faults stay, since a test put them there;
+- fake processes (`fake.load`) make `usage()` report what they declare, with None wherever
+  NVML has no figure (see `fake.usage`), and a MIG device with a process on it is in use: its
+  compute instance cannot be destroyed, as with `mark_busy`;
 - after `close()` every call raises NvmlUnavailableError (code 1), as NVML after shutdown.
 """
 
@@ -55,7 +58,9 @@ from dra_driver.backends.fake.state import (
     read_boot_id,
 )
 from dra_driver.backends.fake.topology import build_gpus, mig_uuid
+from dra_driver.backends.fake.usage import fake_usage
 from dra_driver.backends.return_codes import NvmlReturn
+from dra_driver.backends.usage import UsageSample
 from dra_driver.inventory.model import (
     GpuInfo,
     GpuInstance,
@@ -202,6 +207,7 @@ class FakeBackend:
                         gi_profile_id=mig_profile.gi_profile_id,
                         start=placement.start,
                         size=placement.size,
+                        memory_bytes=mig_profile.memory_mib * 1024 * 1024,
                     )
                 )
                 record.instances.sort(key=lambda gi: gi.gi_id)
@@ -257,7 +263,8 @@ class FakeBackend:
                     f"GPU instance {gi_id} has no compute instance {ci_id}",
                     code=int(NvmlReturn.NOT_FOUND),
                 )
-            if instance.busy:
+            destroyed = {ci.uuid for ci in instance.compute_instances if ci.ci_id == ci_id}
+            if instance.busy or any(p.uuid in destroyed for p in state.processes):
                 raise InUseError(
                     _label(gpu),
                     operation,
@@ -329,6 +336,22 @@ class FakeBackend:
                 )
             self._event_cursor = state.next_event_seq
         return tuple(events)
+
+    def usage(self) -> UsageSample:
+        """What the fake processes declare, in the shapes NVML gives (see `fake.usage`)."""
+        self._check_open("read usage")
+        with self._store.transaction() as state:
+            return fake_usage(
+                [
+                    (
+                        gpu,
+                        self._record(state, gpu),
+                        self._mig_devices(gpu, self._record(state, gpu)),
+                    )
+                    for gpu in self._gpus
+                ],
+                state.processes,
+            )
 
     def close(self) -> None:
         self._closed = True
@@ -443,6 +466,7 @@ class FakeBackend:
             creations = record.creations if record is not None else 0
             record = GpuRecord(product=product, creations=creations)
             state.gpus[gpu.uuid] = record
+        record.memory_bytes = gpu.memory_bytes
         return record
 
     def _check_mig_mode(self, gpu: GpuInfo, operation: str) -> None:
@@ -543,6 +567,7 @@ def _consume(fault: CreateFault | None) -> tuple[CreateFault | None, str | None]
 
 
 def _forget_reboot_casualties(state: FakeState) -> None:
+    state.processes = []  # a reboot ends every process
     for record in state.gpus.values():
         record.instances = []
         record.timeslice = TIMESLICE_SETTINGS[TimeSliceInterval.DEFAULT]

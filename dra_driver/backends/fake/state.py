@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+# Versions this code reads; version 1 predates fake processes and reads as "none running".
+READABLE_VERSIONS = frozenset({1, 2})
+# Fake process ids start far above what a real kernel hands out on a test machine (pid_max is
+# at most 4194304), high enough not to collide with the host's own processes in a proc root.
+FIRST_FAKE_PID = 3_000_000
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 # Used when the boot ID cannot be read (no /proc): state then survives every restart.
 FALLBACK_BOOT_ID = "fake-boot"
@@ -58,6 +63,9 @@ class GpuInstanceRecord:
     compute_instances: list[ComputeInstanceRecord] = field(default_factory=list)
     # Processes are "running" on this instance: its compute instance cannot be destroyed.
     busy: bool = False
+    # The profile's memory, so fake load can size a process without the product's facts
+    # (a YAML spec may define products the packaged facts lack); 0 in version 1 files.
+    memory_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -86,6 +94,8 @@ class GpuRecord:
     unhealthy: UnhealthyRecord | None = None
     gpu_instance_fault: CreateFault | None = None
     compute_instance_fault: CreateFault | None = None
+    # The GPU's memory, for the same reason as GpuInstanceRecord.memory_bytes.
+    memory_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -98,11 +108,31 @@ class EventRecord:
 
 
 @dataclass(slots=True)
+class ProcessRecord:
+    """A fake compute process of a pod, on a GPU or MIG device (by UUID), using a fixed share of
+    that device's SM time and memory."""
+
+    pid: int
+    pod_uid: str
+    uuid: str
+    sm_percent: float
+    memory_bytes: int
+
+
+@dataclass(slots=True)
 class FakeState:
     boot_id: str = ""
     gpus: dict[str, GpuRecord] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
     next_event_seq: int = 0
+    processes: list[ProcessRecord] = field(default_factory=list)
+    next_pid: int = FIRST_FAKE_PID
+
+    def allocate_pid(self) -> int:
+        """Pids only grow, so one is never reused while the state lives."""
+        pid = self.next_pid
+        self.next_pid += 1
+        return pid
 
     def add_event(self, uuid: str, health: str, reason: str, xid: int | None) -> None:
         self.events.append(EventRecord(self.next_event_seq, uuid, health, reason, xid))
@@ -130,6 +160,17 @@ def encode_state(state: FakeState) -> str:
             for e in state.events
         ],
         "gpus": {uuid: _encode_gpu(record) for uuid, record in sorted(state.gpus.items())},
+        "nextPid": state.next_pid,
+        "processes": [
+            {
+                "pid": p.pid,
+                "podUid": p.pod_uid,
+                "uuid": p.uuid,
+                "smPercent": p.sm_percent,
+                "memoryBytes": p.memory_bytes,
+            }
+            for p in state.processes
+        ],
     }
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
 
@@ -141,6 +182,7 @@ def _encode_fault(fault: CreateFault | None) -> dict[str, Any] | None:
 def _encode_gpu(record: GpuRecord) -> dict[str, Any]:
     return {
         "product": record.product,
+        "memoryBytes": record.memory_bytes,
         "creations": record.creations,
         "timeslice": record.timeslice,
         "unhealthy": None
@@ -156,6 +198,7 @@ def _encode_gpu(record: GpuRecord) -> dict[str, Any]:
                 "start": gi.start,
                 "size": gi.size,
                 "busy": gi.busy,
+                "memoryBytes": gi.memory_bytes,
                 "computeInstances": [
                     {"ciId": ci.ci_id, "uuid": ci.uuid} for ci in gi.compute_instances
                 ],
@@ -209,6 +252,14 @@ class _Reader:
             raise self._fail("a string")
         return self.value
 
+    def as_float(self) -> float:
+        if isinstance(self.value, bool) or not isinstance(self.value, int | float):
+            raise self._fail("a number")
+        return float(self.value)
+
+    def has(self, key: str) -> bool:
+        return key in self.obj()
+
     def as_bool(self) -> bool:
         if not isinstance(self.value, bool):
             raise self._fail("a boolean")
@@ -231,8 +282,8 @@ def decode_state(text: str, path: str) -> FakeState:
 
 def _decode(root: _Reader) -> FakeState:
     version = root.get("version").as_int()
-    if version != STATE_VERSION:
-        raise _ShapeError(f"unsupported version {version} (expected {STATE_VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise _ShapeError(f"unsupported version {version} (expected at most {STATE_VERSION})")
     events = []
     for e in root.get("events").as_list():
         xid = e.get("xid")
@@ -250,6 +301,26 @@ def _decode(root: _Reader) -> FakeState:
         gpus={uuid: _decode_gpu(gpu) for uuid, gpu in root.get("gpus").items()},
         events=events,
         next_event_seq=root.get("nextEventSeq").as_int(),
+        # Version 1 files have neither: no fake process ever ran.
+        processes=[_decode_process(p) for p in root.get("processes").as_list()]
+        if root.has("processes")
+        else [],
+        next_pid=root.get("nextPid").as_int() if root.has("nextPid") else FIRST_FAKE_PID,
+    )
+
+
+def _optional_int(raw: _Reader, key: str) -> int:
+    """A number added in version 2; 0 where an older file does not have it."""
+    return raw.get(key).as_int() if raw.has(key) else 0
+
+
+def _decode_process(raw: _Reader) -> ProcessRecord:
+    return ProcessRecord(
+        pid=raw.get("pid").as_int(),
+        pod_uid=raw.get("podUid").as_str(),
+        uuid=raw.get("uuid").as_str(),
+        sm_percent=raw.get("smPercent").as_float(),
+        memory_bytes=raw.get("memoryBytes").as_int(),
     )
 
 
@@ -263,6 +334,7 @@ def _decode_gpu(raw: _Reader) -> GpuRecord:
     unhealthy = raw.get("unhealthy")
     return GpuRecord(
         product=raw.get("product").as_str(),
+        memory_bytes=_optional_int(raw, "memoryBytes"),
         creations=raw.get("creations").as_int(),
         timeslice=raw.get("timeslice").as_int(),
         unhealthy=None
@@ -280,6 +352,7 @@ def _decode_gpu(raw: _Reader) -> GpuRecord:
                 start=gi.get("start").as_int(),
                 size=gi.get("size").as_int(),
                 busy=gi.get("busy").as_bool(),
+                memory_bytes=_optional_int(gi, "memoryBytes"),
                 compute_instances=[
                     ComputeInstanceRecord(
                         ci_id=ci.get("ciId").as_int(), uuid=ci.get("uuid").as_str()

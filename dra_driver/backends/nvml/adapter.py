@@ -19,6 +19,7 @@ DeviceHandle = NewType("DeviceHandle", object)
 GpuInstanceHandle = NewType("GpuInstanceHandle", object)
 ComputeInstanceHandle = NewType("ComputeInstanceHandle", object)
 EventSetHandle = NewType("EventSetHandle", object)
+GpmSampleHandle = NewType("GpmSampleHandle", object)
 
 # nvmlComputeInstanceEngineProfile: the only engine profile NVML defines (engines shared).
 ENGINE_PROFILE_SHARED = 0
@@ -63,6 +64,30 @@ class FabricInfo:
     cluster_uuid: bytes
     clique_id: int
     completed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    used_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One entry of nvmlDeviceGetComputeRunningProcesses; memory None where the driver cannot
+    tell (pynvml maps NVML_VALUE_NOT_AVAILABLE to None)."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """One entry of nvmlDeviceGetProcessUtilization."""
+
+    pid: int
+    timestamp_us: int
+    sm_percent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +342,70 @@ class NvmlAdapter:
 
     def mig_compute_instance_id(self, mig: DeviceHandle) -> int:
         return int(self._call("nvmlDeviceGetComputeInstanceId", mig))
+
+    # Usage -------------------------------------------------------------------------------
+
+    def utilization_gpu_percent(self, device: DeviceHandle) -> int:
+        """SM busy percent over the driver's last sample period (NOT_SUPPORTED in MIG mode)."""
+        return int(self._call("nvmlDeviceGetUtilizationRates", device).gpu)
+
+    def memory_info(self, device: DeviceHandle) -> MemoryInfo:
+        """Works on a GPU handle and on a MIG device handle (then: that device's memory)."""
+        info = self._call("nvmlDeviceGetMemoryInfo", device)
+        return MemoryInfo(used_bytes=int(info.used), total_bytes=int(info.total))
+
+    def compute_processes(self, device: DeviceHandle) -> list[ProcessInfo]:
+        return [
+            ProcessInfo(
+                pid=int(p.pid),
+                used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+            )
+            for p in self._call("nvmlDeviceGetComputeRunningProcesses", device)
+        ]
+
+    def process_utilization(
+        self, device: DeviceHandle, last_seen_us: int
+    ) -> list[ProcessUtilization]:
+        """Samples newer than `last_seen_us`; NOT_FOUND when there is none since then.
+
+        pynvml raises even when the size probe answers SUCCESS (nothing to return); that case is
+        an empty list here.
+        """
+        try:
+            samples = self._call("nvmlDeviceGetProcessUtilization", device, last_seen_us)
+        except NvmlCallError as failure:
+            if failure.code != NvmlReturn.SUCCESS:
+                raise
+            return []
+        return [ProcessUtilization(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples]
+
+    def gpm_supported(self, device: DeviceHandle) -> bool:
+        return bool(self._call("nvmlGpmQueryDeviceSupport", device).isSupportedDevice)
+
+    def gpm_sample_alloc(self) -> GpmSampleHandle:
+        return GpmSampleHandle(self._call("nvmlGpmSampleAlloc"))
+
+    def gpm_sample_free(self, sample: GpmSampleHandle) -> None:
+        self._call("nvmlGpmSampleFree", sample)
+
+    def gpm_mig_sample(self, device: DeviceHandle, gi_id: int, sample: GpmSampleHandle) -> None:
+        """Fill `sample` with the counters of GPU instance `gi_id` of the (parent) GPU."""
+        self._call("nvmlGpmMigSampleGet", device, gi_id, sample)
+
+    def gpm_sm_util(self, earlier: GpmSampleHandle, later: GpmSampleHandle) -> float:
+        """Percent of SMs busy between two samples of the same GPU instance."""
+        request = self._m.c_nvmlGpmMetricsGet_t()
+        request.version = self.constant("NVML_GPM_METRICS_GET_VERSION", 1)
+        request.numMetrics = 1
+        request.sample1 = earlier
+        request.sample2 = later
+        request.metrics[0].metricId = self.constant("NVML_GPM_METRIC_SM_UTIL", 2)
+        self._call("nvmlGpmMetricsGet", request)
+        metric = request.metrics[0]
+        code = int(metric.nvmlReturn)
+        if code != NvmlReturn.SUCCESS:
+            raise NvmlCallError(code, "nvmlGpmMetricsGet", "SM utilisation metric not returned")
+        return float(metric.value)
 
     # Events --------------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ GPUs are addressed by minor number throughout the driver, while NVML addresses t
 (obtained by enumeration index, which can change between boots). This class owns that mapping,
 names every failure after the GPU and the operation, and delegates the details to small modules:
 adapter (pynvml calls), mig (profile walk and live MIG state), topology (PCI,
-NUMA, NVLink), health (XID events) and `backends/timeslice.py` (nvidia-smi).
+NUMA, NVLink), health (XID events), usage (utilisation and memory figures) and
+`backends/timeslice.py` (nvidia-smi).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from dra_driver.backends.nvml.topology import (
     pcie_root,
     sysfs_numa_node,
 )
+from dra_driver.backends.nvml.usage import UsageReader, UsageTarget
 from dra_driver.backends.return_codes import NvmlCallError, NvmlReturn, nvml_errors
 from dra_driver.backends.timeslice import set_timeslice
+from dra_driver.backends.usage import UsageSample
 from dra_driver.inventory.model import (
     GpuInfo,
     GpuInstance,
@@ -109,6 +112,7 @@ class NvmlBackend:
         self._gpus: dict[int, _Gpu] = {}
         self._profiles: dict[str, tuple[MigProfile, ...]] = {}
         self._health = XidWatcher(self._nvml)
+        self._usage = UsageReader(self._nvml)
         self._closed = False
 
     @property
@@ -369,6 +373,14 @@ class NvmlBackend:
             self._discover()
         return self._health.drain(self._event_targets())
 
+    def usage(self) -> UsageSample:
+        """How each GPU is used now; a GPU whose calls fail is in `failures`, not an error."""
+        if not self._gpus:
+            self._discover()
+        return self._usage.read(
+            UsageTarget(gpu.minor, gpu.uuid, gpu.handle) for gpu in self._gpus.values()
+        )
+
     def _event_targets(self) -> list[tuple[int, str, DeviceHandle]]:
         return [(gpu.minor, gpu.uuid, gpu.handle) for gpu in self._gpus.values()]
 
@@ -377,6 +389,7 @@ class NvmlBackend:
             return
         self._closed = True
         self._health.close()
+        self._usage.close()
         with nvml_errors(self._node_label, "shut down NVML"):
             self._nvml.shutdown()
 

@@ -16,7 +16,7 @@ Every call is recorded in `calls`; `fail(name, code)` makes the next call of `na
 """
 
 # The stand-in must use pynvml's own names, which are camelCase.
-# ruff: noqa: N802, N815
+# ruff: noqa: N802, N803, N815
 
 from __future__ import annotations
 
@@ -142,6 +142,28 @@ class Gpu:
     events_supported: bool = True
     lost: bool = False
     gpu_instances: dict[int, GpuInstance] = field(default_factory=dict)
+    # Usage: whole-GPU SM percent, running processes, per-process utilisation samples
+    # (pid, timestamp in microseconds, SM percent) and the SM percent GPM reports per GPU
+    # instance between two samples.
+    sm_percent: int = 0
+    utilization_supported: bool = True
+    processes: list[Process] = field(default_factory=list)
+    process_samples: list[tuple[int, int, int]] = field(default_factory=list)
+    process_utilization_supported: bool = True
+    gpm_sm_percent: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def gpm_capable(self) -> bool:
+        return self.compute_capability[0] >= 9
+
+
+@dataclass
+class Process:
+    """A compute process; `gi_id` None on a GPU without MIG, else the GPU instance it runs in."""
+
+    pid: int
+    memory_bytes: int
+    gi_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,25 @@ def h100(minor: int, uuid: str, bus_id: str, *, mig_enabled: bool) -> Gpu:
         mig_enabled=mig_enabled,
         profiles=facts.mig_profiles,
         nvlink_count=18,
+    )
+
+
+def a100(minor: int, uuid: str, bus_id: str, *, mig_enabled: bool) -> Gpu:
+    facts = product("A100-SXM4-40GB")
+    return Gpu(
+        minor=minor,
+        uuid=uuid,
+        name=facts.product_name,
+        bus_id=bus_id,
+        architecture=_real.NVML_DEVICE_ARCH_AMPERE,
+        compute_capability=(8, 0),
+        memory_mib=facts.memory_mib,
+        multiprocessors=facts.multiprocessors,
+        cores=facts.multiprocessors * 64,
+        mig_capable=True,
+        mig_enabled=mig_enabled,
+        profiles=facts.mig_profiles,
+        nvlink_count=12,
     )
 
 
@@ -259,6 +300,7 @@ class StandInNvml:
     c_nvmlComputeInstance_t = _real.c_nvmlComputeInstance_t
     c_nvmlGpuFabricInfoV_t = _real.c_nvmlGpuFabricInfoV_t
     c_nvmlGpuFabricInfo_t = _real.c_nvmlGpuFabricInfo_t
+    c_nvmlGpmMetricsGet_t = _real.c_nvmlGpmMetricsGet_t
 
     def __init__(self, gpus: Iterable[Gpu] | None = None) -> None:
         self.gpus = list(gpus) if gpus is not None else small_machine()
@@ -282,6 +324,10 @@ class StandInNvml:
         self._gis = _Handles(_real.c_nvmlGpuInstance_t)
         self._cis = _Handles(_real.c_nvmlComputeInstance_t)
         self._event_sets: list[_EventSet] = []
+        # GPM samples: address -> (GPU, GI id, sequence number) once filled, None while empty.
+        self._gpm_samples: dict[int, tuple[Gpu, int, int] | None] = {}
+        self._gpm_keep: list[Any] = []
+        self._gpm_sequence = 0
         self.wait_timeouts: list[int] = []
         # Where the "kernel driver" publishes MIG capabilities, as the real one does when an
         # instance is created: /proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access
@@ -297,6 +343,14 @@ class StandInNvml:
 
     def fail(self, function: str, code: int, times: int = 1) -> None:
         self._failures.setdefault(function, deque()).extend([code] * times)
+
+    def device_of(self, handle: object) -> Gpu | MigRef | None:
+        """The GPU or MIG device a device handle stands for; None for anything else."""
+        try:
+            target = self._devices.resolve(handle)
+        except NVMLError:
+            return None
+        return target if isinstance(target, Gpu | MigRef) else None
 
     def called(self, function: str) -> list[tuple[Any, ...]]:
         return [args for name, args in self.calls if name == function]
@@ -460,12 +514,18 @@ class StandInNvml:
         return self._full("nvmlDeviceGetCudaComputeCapability", handle).compute_capability
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
-        self._enter("nvmlDeviceGetMemoryInfo", handle)
-        gpu = self._full("nvmlDeviceGetMemoryInfo", handle)
+        name = "nvmlDeviceGetMemoryInfo"
+        self._enter(name, handle)
+        target = self._any_device(name, handle)
         memory = _real.c_nvmlMemory_t()
-        memory.total = gpu.memory_mib * 1024 * 1024
-        memory.free = memory.total
-        memory.used = 0
+        if isinstance(target, Gpu):
+            memory.total = target.memory_mib * 1024 * 1024
+            memory.used = sum(p.memory_bytes for p in target.processes)
+        else:
+            _, gi, _ = self._mig(name, handle)
+            memory.total = gi.profile.memory_mib * 1024 * 1024
+            memory.used = sum(p.memory_bytes for p in self._processes_of(target))
+        memory.free = memory.total - memory.used
         return memory
 
     def nvmlDeviceGetAttributes(self, handle: Any) -> Any:
@@ -834,6 +894,126 @@ class StandInNvml:
         self._enter("nvmlDeviceGetComputeInstanceId", handle)
         ref, _, _ = self._mig("nvmlDeviceGetComputeInstanceId", handle)
         return ref.ci_id
+
+    # Usage -------------------------------------------------------------------------------
+
+    def _processes_of(self, target: Gpu | MigRef) -> list[Process]:
+        if isinstance(target, Gpu):
+            return list(target.processes)
+        return [p for p in target.gpu.processes if p.gi_id == target.gi_id]
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        name = "nvmlDeviceGetUtilizationRates"
+        self._enter(name, handle)
+        target = self._any_device(name, handle)
+        # Neither a GPU in MIG mode nor a MIG device has whole-device utilisation.
+        self._check(name, isinstance(target, Gpu), NOT_SUPPORTED)
+        assert isinstance(target, Gpu)
+        self._check(name, target.utilization_supported and not target.mig_enabled, NOT_SUPPORTED)
+        rates = _real.c_nvmlUtilization_t()
+        rates.gpu = target.sm_percent
+        rates.memory = 0
+        return rates
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        name = "nvmlDeviceGetComputeRunningProcesses"
+        self._enter(name, handle)
+        target = self._any_device(name, handle)
+        if isinstance(target, MigRef):
+            self._mig(name, handle)
+        found = []
+        for process in self._processes_of(target):
+            info = _real.c_nvmlProcessInfo_t()
+            info.pid = process.pid
+            info.usedGpuMemory = process.memory_bytes
+            info.gpuInstanceId = 0xFFFFFFFF if process.gi_id is None else process.gi_id
+            info.computeInstanceId = 0xFFFFFFFF if process.gi_id is None else 0
+            found.append(_real.nvmlStructToFriendlyObject(info))
+        return found
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:
+        name = "nvmlDeviceGetProcessUtilization"
+        self._enter(name, handle, timeStamp)
+        target = self._any_device(name, handle)
+        self._check(name, isinstance(target, Gpu), NOT_SUPPORTED)
+        assert isinstance(target, Gpu)
+        self._check(
+            name, target.process_utilization_supported and not target.mig_enabled, NOT_SUPPORTED
+        )
+        newer = [s for s in target.process_samples if s[1] > timeStamp]
+        # What the real library answers when nothing was sampled since `timeStamp`.
+        self._check(name, bool(newer), NOT_FOUND)
+        samples = []
+        for pid, stamp, sm in newer:
+            sample = _real.c_nvmlProcessUtilizationSample_t()
+            sample.pid = pid
+            sample.timeStamp = stamp
+            sample.smUtil = sm
+            samples.append(sample)
+        return samples
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        name = "nvmlGpmQueryDeviceSupport"
+        self._enter(name, handle)
+        gpu = self._full(name, handle)
+        support = _real.c_nvmlGpmSupport_t()
+        support.version = _real.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(gpu.gpm_capable)
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._enter("nvmlGpmSampleAlloc")
+        struct = _real.struct_c_nvmlGpmSample_t()
+        self._gpm_keep.append(struct)
+        self._gpm_samples[ctypes.addressof(struct)] = None
+        return ctypes.pointer(struct)
+
+    def _gpm_address(self, function: str, sample: Any) -> int:
+        address = ctypes.addressof(sample.contents) if sample else 0
+        self._check(function, address in self._gpm_samples, INVALID_ARGUMENT)
+        return address
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._enter("nvmlGpmSampleFree", gpmSample)
+        del self._gpm_samples[self._gpm_address("nvmlGpmSampleFree", gpmSample)]
+
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+        name = "nvmlGpmMigSampleGet"
+        self._enter(name, device, gpuInstanceId)
+        gpu = self._full(name, device)
+        self._check(name, gpu.gpm_capable and gpu.mig_enabled, NOT_SUPPORTED)
+        self._check(name, gpuInstanceId in gpu.gpu_instances, NOT_FOUND)
+        address = self._gpm_address(name, gpmSample)
+        self._gpm_sequence += 1
+        self._gpm_samples[address] = (gpu, gpuInstanceId, self._gpm_sequence)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        name = "nvmlGpmMetricsGet"
+        self._enter(name, metricsGet)
+        self._check(
+            name, metricsGet.version == _real.NVML_GPM_METRICS_GET_VERSION, INVALID_ARGUMENT
+        )
+        first = self._gpm_samples.get(self._gpm_address(name, metricsGet.sample1))
+        second = self._gpm_samples.get(self._gpm_address(name, metricsGet.sample2))
+        self._check(name, first is not None and second is not None, INVALID_ARGUMENT)
+        assert first is not None and second is not None
+        same_instance = first[0] is second[0] and first[1] == second[1]
+        self._check(name, same_instance and first[2] < second[2], INVALID_ARGUMENT)
+        gpu, gi_id, _ = second
+        for index in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[index]
+            if metric.metricId == _real.NVML_GPM_METRIC_SM_UTIL:
+                metric.nvmlReturn = SUCCESS
+                metric.value = gpu.gpm_sm_percent.get(gi_id, 0.0)
+            else:
+                metric.nvmlReturn = NOT_SUPPORTED
+        return metricsGet
+
+    @property
+    def gpm_samples_held(self) -> int:
+        """Samples allocated and not yet freed."""
+        return len(self._gpm_samples)
 
     # Events --------------------------------------------------------------------------------
 
