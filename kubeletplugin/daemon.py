@@ -260,13 +260,9 @@ class PluginDaemon:
         self.metrics_endpoint: MetricsEndpoint | None = None
 
     def _telemetry(self) -> TelemetrySampler | None:
-        """The usage sampler, unless turned off or the backend cannot report usage."""
+        """The usage sampler, unless turned off (an interval of 0)."""
         config = self.config
-        usage = getattr(self.backend, "usage", None)
         if config.telemetry_interval_s <= 0:
-            return None
-        if not callable(usage):
-            log.warning("the GPU backend reports no usage; telemetry is off")
             return None
         settings = TelemetrySettings(
             node_name=config.node_name,
@@ -278,7 +274,7 @@ class PluginDaemon:
         )
         return TelemetrySampler(
             settings,
-            usage,
+            self.backend.usage,
             lambda: self.preparer.checkpoint,
             ClaimStatusWriter(self.api, config.driver_name),
             self.metrics,
