@@ -127,9 +127,10 @@ class TelemetrySampler:
         }
         self._forget_gone(set(claims))
         for uid, record in claims.items():
-            if uid not in self._claims:
-                await self._first_read(record)
-            self._claims[uid] = record
+            # Until its first read succeeds a claim is attributed but written nothing: what
+            # its status already says (after a restart) must be known first.
+            if uid in self._claims or await self._first_read(record):
+                self._claims[uid] = record
         proc_root = self.settings.proc_root
         result: Attribution = await asyncio.to_thread(
             attribute,
@@ -143,7 +144,10 @@ class TelemetrySampler:
         now = self._monotonic()
         for uid in result.stale_pods:
             if now - self._pods_read_at.get(uid, float("-inf")) >= POD_REFRESH_S:
-                await self._read_pods(claims[uid])
+                try:
+                    await self._read_pods(claims[uid])
+                except Exception as err:  # the known pods stand; tried again in a minute
+                    log.warning("cannot read the claim's pods", claim=uid, error=str(err))
         for device in result.devices:
             key = (device.claim_uid, device.pool, device.device)
             self.tracker.observe(key, device.sm_percent)
@@ -171,10 +175,20 @@ class TelemetrySampler:
 
     # -- claims and their pods
 
-    async def _first_read(self, record: ClaimRecord) -> None:
-        claim = await self._read_pods(record)
+    async def _first_read(self, record: ClaimRecord) -> bool:
+        """Read the claim's pods and continue from its Idle conditions; False when the read
+        failed (tried again next cycle)."""
+        try:
+            claim = await self._read_pods(record)
+        except Exception as err:
+            log.warning(
+                "cannot read the claim's pods",
+                claim=f"{record.namespace}/{record.name}",
+                error=str(err),
+            )
+            return False
         if claim is None:
-            return
+            return True
         states = idleness(claim)
         for device in record.devices:
             key = (self.settings.driver_name, device.pool_name, device.device_name)
@@ -184,18 +198,12 @@ class TelemetrySampler:
                 seeded = IdleState(state.idle, state.since)
                 self.tracker.seed(track, seeded)
                 self._written[track] = seeded
+        return True
 
     async def _read_pods(self, record: ClaimRecord) -> dict[str, Any] | None:
+        """The claim as read (None when gone), its pods kept; raises when the read fails."""
         self._pods_read_at[record.uid] = self._monotonic()
-        try:
-            claim = await asyncio.to_thread(self._writer.read, record.namespace, record.name)
-        except Exception as err:
-            log.warning(
-                "cannot read the claim's pods",
-                claim=f"{record.namespace}/{record.name}",
-                error=str(err),
-            )
-            return None
+        claim = await asyncio.to_thread(self._writer.read, record.namespace, record.name)
         if claim is None or (claim.get("metadata") or {}).get("uid") != record.uid:
             self._pods[record.uid] = ClaimPods()
             return None

@@ -52,6 +52,7 @@ class Claims:
         self.reads: list[str] = []
         self.writes: list[tuple[str, dict[str, Any]]] = []
         self.fail_writes = 0
+        self.fail_reads = 0
 
     def add(self, name: str, uid: str, pods: Mapping[str, str], devices: list[str]) -> None:
         self.objects[("team", name)] = {
@@ -71,6 +72,9 @@ class Claims:
 
     def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads.append(name)
+        if self.fail_reads:
+            self.fail_reads -= 1
+            raise ConnectionError("API server unreachable")
         return self.objects.get((namespace, name))
 
     def set_condition(
@@ -282,3 +286,25 @@ async def test_a_failing_gpu_skips_the_cycle_and_keeps_what_was_known(tmp_path: 
     rig.failures = ()
     await rig.cycle(1)
     assert [c["status"] for _, c in rig.claims.writes] == ["True"]
+
+
+async def test_a_claim_is_written_only_after_its_first_read_succeeds(tmp_path: Path) -> None:
+    """After a restart the status may say Idle=True already: nothing is written for a claim
+    before that is known, and once read, the condition it has stands."""
+    rig = Rig(tmp_path)
+    rig.claims.add("claim-1", "u1", {"web-0": "p0"}, ["gpu-0"])
+    status = rig.claims.objects[("team", "claim-1")]["status"]
+    since = T0 - timedelta(hours=1)
+    status["devices"] = with_condition(
+        [], (DRIVER, NODE, "gpu-0"), idle_condition(True, since, "idle")
+    )
+    rig.checkpoint = rig.checkpoint.with_claim(_record("u1", "claim-1"))
+    rig.claims.fail_reads = 3
+    await rig.cycle()
+    await rig.cycle(60)
+    await rig.cycle(10)
+    assert rig.claims.writes == []
+    assert rig.claims.reads == ["claim-1"] * 3
+    await rig.cycle(10)  # read at last: the device has been idle for an hour already
+    assert rig.claims.writes == []
+    assert rig.value("dra_device_idle_seconds", **rig.labels()) == 3680
