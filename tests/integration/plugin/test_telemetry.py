@@ -8,6 +8,7 @@ through the process's cgroup; the metrics carry the pods' names.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -140,3 +141,10 @@ async def test_an_unused_gpu_goes_idle_in_its_claims_status_and_back_when_used(
                 "the unprepared claim's series to go",
             )
             assert registry.get_sample_value("dra_device_idle_seconds", share_labels) == 0.0
+
+
+async def test_an_interval_of_zero_turns_telemetry_off(server: ApiServer) -> None:
+    with short_dir() as root:
+        async with running_plugin(server, root, NODE, telemetry_interval_s=0) as plugin:
+            assert plugin.daemon.telemetry is None
+            assert "telemetry" not in {t.get_name() for t in asyncio.all_tasks()}
