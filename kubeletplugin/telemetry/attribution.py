@@ -88,14 +88,20 @@ def _device_uuid(
     gpu = next((g for g in sample.gpus if g.minor == device.minor), None)
     if device.device_type is DeviceType.MIG:
         if device.pre_created:
+            # The preparer found it by GPU, GPU instance and compute instance in the inventory;
+            # the sample names MIG devices by GPU instance only, which is one device unless an
+            # administrator put several compute instances in one GPU instance.
             match = _STATIC_MIG.fullmatch(device.device_name)
             gi_id = int(match.group(1)) if match else None
-            mig = next(
-                (m for m in sample.mig_devices if m.minor == device.minor and m.gi_id == gi_id),
-                None,
-            )
-            if mig is not None:
-                return mig.uuid, ""
+            found = [
+                m.uuid for m in sample.mig_devices if m.minor == device.minor and m.gi_id == gi_id
+            ]
+            if device.mps_uuid in found:
+                return device.mps_uuid, ""
+            if len(found) == 1:
+                return found[0], ""
+            if found:
+                return None, "several MIG devices share the pre-created device's GPU instance"
             return None, "the pre-created MIG device is not in the sample"
         match = _PLACED_MIG.fullmatch(device.device_name)
         start = int(match.group(1)) if match else None

@@ -104,6 +104,26 @@ def test_a_pre_created_mig_device_is_found_by_its_gpu_instance() -> None:
     assert (device.uuid, device.sm_percent, device.memory_used_bytes) == (MIG, None, GIB)
 
 
+def test_a_gpu_instance_with_several_compute_instances_is_told_apart_only_by_mps() -> None:
+    sample = UsageSample(
+        gpus=_gpus(),
+        mig_devices=(
+            MigUsage(1, "MIG-ci0", 5, 10.0, GIB, 10 * GIB),
+            MigUsage(1, "MIG-ci1", 5, 20.0, GIB, 10 * GIB),
+        ),
+    )
+    plain = _claim("c1", _device("gpu-1-mig-5-1", DeviceType.MIG, minor=1, pre_created=True))
+    result = attribute(sample, [plain], {}, _pods({}))
+    assert not result.devices
+    assert [s.subject for s in result.skipped] == ["team/claim-c1 gpu-1-mig-5-1"]
+    with_mps = _claim(
+        "c2",
+        _device("gpu-1-mig-5-1", DeviceType.MIG, minor=1, pre_created=True, mps_uuid="MIG-ci1"),
+    )
+    [device] = attribute(sample, [with_mps], {}, _pods({})).devices
+    assert (device.uuid, device.sm_percent) == ("MIG-ci1", 20.0)
+
+
 def test_a_share_sums_only_its_own_pods_processes() -> None:
     mine = _claim("c1", _device("gpu-0-ts-0", DeviceType.TIMESLICE))
     theirs = _claim("c2", _device("gpu-0-ts-1", DeviceType.TIMESLICE))
