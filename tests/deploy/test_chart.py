@@ -149,6 +149,30 @@ def test_the_plugin_reads_the_hosts_proc_and_the_telemetry_settings() -> None:
     assert duration(env["DRA_IDLE_AFTER"]) == 1800
 
 
+@pytest.mark.parametrize(
+    ("telemetry", "expected"),
+    [
+        ({"interval": 0, "idleThreshold": 0.5, "idleAfter": "1h30m"}, (0.0, 0.5, 5400.0)),
+        ({"interval": "2.5", "idleThreshold": 100, "idleAfter": 600}, (2.5, 100.0, 600.0)),
+    ],
+)
+def test_telemetry_settings_reach_the_plugin(
+    telemetry: dict[str, Any], expected: tuple[float, float, float]
+) -> None:
+    texts = render_text({"kubeletPlugin": {"telemetry": telemetry}})
+    (daemonset,) = [t for path, t in texts.items() if path.endswith("kubeletplugin-daemonset.yaml")]
+    env = _env(yaml.safe_load(daemonset)["spec"]["template"]["spec"]["containers"][0])
+    text = {k: v for k, v in env.items() if isinstance(v, str)}
+    args = build_parser("dra-kubelet-plugin", "", "0", PLUGIN_FLAGS, environ=text).parse_args([])
+    assert (args.telemetry_interval, args.idle_threshold, args.idle_after) == expected
+
+
+def test_bad_telemetry_settings_name_the_field() -> None:
+    for key, value in (("interval", "ten"), ("idleThreshold", 101), ("idleAfter", "30 m")):
+        with pytest.raises(helm.HelmValuesError, match=f"/kubeletPlugin/telemetry/{key}"):
+            render_text({"kubeletPlugin": {"telemetry": {key: value}}})
+
+
 def test_fake_gpus_need_neither_dev_nor_the_driver() -> None:
     container = _container(render("kind"), "DaemonSet")
     env = _env(container)
