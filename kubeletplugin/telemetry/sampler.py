@@ -96,6 +96,7 @@ class TelemetrySampler:
         self._dropped: set[TrackKey] = set()
         self._causes: set[tuple[str, str]] = set()
         self._write_task: asyncio.Task[None] | None = None
+        self._cycle_error = ""
 
     # -- the loop
 
@@ -104,8 +105,11 @@ class TelemetrySampler:
             while not stop.is_set():
                 try:
                     await self.sample_once()
+                    self._cycle_error = ""
                 except Exception as err:  # one bad cycle never ends telemetry
-                    log.warning("telemetry cycle failed", error=str(err))
+                    if str(err) != self._cycle_error:  # logged once until it changes or clears
+                        log.warning("telemetry cycle failed", error=str(err))
+                    self._cycle_error = str(err)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.settings.interval_s)
         finally:

@@ -8,10 +8,13 @@ the clock is injected, so no test sleeps.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from api.device_type import DeviceType
 from dra_driver.backends.usage import GpuUsage, ProcessUsage, UsageFailure, UsageSample
@@ -20,6 +23,7 @@ from dra_driver.device_status import DeviceKey, idle_condition, idleness, with_c
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.telemetry.sampler import POD_REFRESH_S, TelemetrySampler, TelemetrySettings
 from kubeletplugin.telemetry.status_writer import WriteOutcome
+from tests.support import polling
 
 DRIVER = "gpu.dra-driver.dev"
 NODE = "node-a"
@@ -105,8 +109,9 @@ def _record(
 
 
 class Rig:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, interval_s: float = 10) -> None:
         self.clock = Clock()
+        self.usage_errors = 0
         self.claims = Claims()
         self.metrics = PluginMetrics()
         self.sm: float | None = 0.0
@@ -117,7 +122,7 @@ class Rig:
             TelemetrySettings(
                 node_name=NODE,
                 driver_name=DRIVER,
-                interval_s=10,
+                interval_s=interval_s,
                 idle_threshold_percent=5,
                 idle_after_s=60,
                 proc_root=tmp_path,
@@ -131,6 +136,9 @@ class Rig:
         )
 
     def usage(self) -> UsageSample:
+        if self.usage_errors:
+            self.usage_errors -= 1
+            raise RuntimeError("NVML is not loaded")
         gpus = () if self.failures else (GpuUsage(0, GPU0, self.sm, 1 << 30, 80 << 30),)
         return UsageSample(gpus=gpus, processes=self.processes, failures=self.failures)
 
@@ -308,3 +316,23 @@ async def test_a_claim_is_written_only_after_its_first_read_succeeds(tmp_path: P
     await rig.cycle(10)  # read at last: the device has been idle for an hour already
     assert rig.claims.writes == []
     assert rig.value("dra_device_idle_seconds", **rig.labels()) == 3680
+
+
+async def test_the_loop_survives_failing_cycles_and_logs_the_failure_once(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, interval_s=0.01)
+    rig.claims.add("claim-1", "u1", {"web-0": "p0"}, ["gpu-0"])
+    rig.checkpoint = rig.checkpoint.with_claim(_record("u1", "claim-1"))
+    rig.usage_errors = 5
+    stop = asyncio.Event()
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(rig.sampler.run(stop))
+        try:
+            await polling.eventually(
+                lambda: rig.value("dra_device_idle_seconds", **rig.labels()) is not None,
+                "a cycle to succeed after the failing ones",
+            )
+        finally:
+            stop.set()
+            await task
+    failures = [e for e in logs if e["event"] == "telemetry cycle failed"]
+    assert [e["error"] for e in failures] == ["NVML is not loaded"]
