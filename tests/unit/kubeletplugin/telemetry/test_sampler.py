@@ -21,6 +21,7 @@ from dra_driver.backends.usage import GpuUsage, ProcessUsage, UsageFailure, Usag
 from dra_driver.checkpoint.model import Checkpoint, ClaimRecord, ClaimState, DeviceRecord
 from dra_driver.device_status import DeviceKey, idle_condition, idleness, with_condition
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.telemetry.cgroups import NoPod
 from kubeletplugin.telemetry.sampler import POD_REFRESH_S, TelemetrySampler, TelemetrySettings
 from kubeletplugin.telemetry.status_writer import WriteOutcome
 from tests.support import polling
@@ -336,3 +337,25 @@ async def test_the_loop_survives_failing_cycles_and_logs_the_failure_once(tmp_pa
             await task
     failures = [e for e in logs if e["event"] == "telemetry cycle failed"]
     assert [e["error"] for e in failures] == ["NVML is not loaded"]
+
+
+async def test_a_skipped_process_is_logged_once_per_cause_and_again_after_it_cleared(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path)
+    rig.claims.add("claim-1", "u1", {"web-0": "p0"}, ["gpu-0-ts-0"])
+    rig.checkpoint = rig.checkpoint.with_claim(
+        _record("u1", "claim-1", "gpu-0-ts-0", DeviceType.TIMESLICE)
+    )
+    rig.processes = (ProcessUsage(777, GPU0, 40.0, 1 << 30),)  # no /proc/777: it exited
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            await rig.cycle(10)
+        rig.processes = ()
+        await rig.cycle(10)
+        rig.processes = (ProcessUsage(778, GPU0, 40.0, 1 << 30),)
+        await rig.cycle(10)
+    skipped = [e for e in logs if e["event"] == "telemetry skipped something this cycle"]
+    assert [e["cause"] for e in skipped] == [NoPod.EXITED.value, NoPod.EXITED.value]
+    labels = rig.labels() | {"device": "gpu-0-ts-0"}
+    assert rig.value("dra_device_utilization_percent", **labels) == 0.0
