@@ -50,6 +50,7 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         driver_root=args.driver_root,
         container_driver_root=args.container_driver_root,
         dev_root=args.dev_root,
+        proc_root=args.proc_root,
         shapes=args.shapes,
         timeslice_shares=args.timeslice_shares,
         metrics_port=args.metrics_port,
@@ -60,6 +61,9 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         claim_cache=args.claim_cache,
         mps_control=args.mps_control,
         host_state_dir=args.host_state_dir,
+        telemetry_interval_s=args.telemetry_interval,
+        idle_threshold_percent=args.idle_threshold,
+        idle_after_s=args.idle_after,
     )
 
 

@@ -49,6 +49,8 @@ from kubeletplugin.publisher.publisher import SlicePublisher
 from kubeletplugin.publisher.store import KubernetesSliceStore
 from kubeletplugin.server.liveness import LivenessServer
 from kubeletplugin.server.servers import PluginServers
+from kubeletplugin.telemetry.sampler import TelemetrySampler, TelemetrySettings
+from kubeletplugin.telemetry.status_writer import ClaimStatusWriter
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +99,11 @@ class PluginConfig:
     # A GPU's shares turn unhealthy when its MPS daemon fails this often within the window.
     mps_max_failures: int = 3
     mps_failure_window_s: float = 300.0
+    # GPU usage per prepared device: metrics and the Idle condition (docs/telemetry.md);
+    # an interval of 0 turns it off. Processes are told apart by pod under `proc_root`.
+    telemetry_interval_s: float = 10.0
+    idle_threshold_percent: float = 5.0
+    idle_after_s: float = 1800.0
 
 
 def mps_command(config: PluginConfig) -> tuple[str, ...]:
@@ -248,8 +255,30 @@ class PluginDaemon:
             pod_uid=config.pod_uid,
             metrics=self.metrics,
         )
+        self.telemetry = self._telemetry()
         self.liveness: LivenessServer | None = None
         self.metrics_endpoint: MetricsEndpoint | None = None
+
+    def _telemetry(self) -> TelemetrySampler | None:
+        """The usage sampler, unless turned off (an interval of 0)."""
+        config = self.config
+        if config.telemetry_interval_s <= 0:
+            return None
+        settings = TelemetrySettings(
+            node_name=config.node_name,
+            driver_name=config.driver_name,
+            interval_s=config.telemetry_interval_s,
+            idle_threshold_percent=config.idle_threshold_percent,
+            idle_after_s=config.idle_after_s,
+            proc_root=config.proc_root,
+        )
+        return TelemetrySampler(
+            settings,
+            self.backend.usage,
+            lambda: self.preparer.checkpoint,
+            ClaimStatusWriter(self.api, config.driver_name),
+            self.metrics,
+        )
 
     def _build(self, partitionable: bool) -> list[dict[str, Any]]:
         settings = SliceSettings(
@@ -324,6 +353,8 @@ class PluginDaemon:
             ),
             asyncio.create_task(self._watch_mps(config.health_poll_s, stop), name="mps"),
         ]
+        if self.telemetry is not None:
+            tasks.append(asyncio.create_task(self.telemetry.run(stop), name="telemetry"))
         self.ready.set()
         log.info(
             "kubelet plugin running",

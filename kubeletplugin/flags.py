@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path, PurePosixPath
 
 from dra_driver.cli import common_flags as common
-from dra_driver.cli.flag_types import shapes
+from dra_driver.cli.flag_types import duration, percent, shapes
 from dra_driver.cli.flags import Flag, Kind
 
 GPU_SOURCE = "gpu-source"
@@ -107,6 +107,14 @@ FLAGS: tuple[Flag, ...] = (
         help="where this process sees the host's device nodes",
     ),
     Flag(
+        "--proc-root",
+        env="DRA_PROC_ROOT",
+        type=Path,
+        default="/proc",
+        help="where this process sees the host's /proc: the MIG capability files, and the "
+        "cgroups of the processes on the GPUs, which say which pod each belongs to (telemetry)",
+    ),
+    Flag(
         "--shapes",
         env="DRA_SHAPES",
         type=shapes,
@@ -148,6 +156,29 @@ FLAGS: tuple[Flag, ...] = (
         help="answer prepare from a watched copy of every ResourceClaim when it can, instead of "
         "a GET per claim; needs list and watch on resourceclaims in all namespaces, and every "
         "node then watches every claim, so it is off by default",
+    ),
+    Flag(
+        "--telemetry-interval",
+        env="DRA_TELEMETRY_INTERVAL",
+        type=duration,
+        default="10",
+        help="seconds (or a Go duration) between GPU usage samples for the per-device metrics "
+        "and the Idle condition in claims' status; 0 turns telemetry off",
+    ),
+    Flag(
+        "--idle-threshold",
+        env="DRA_IDLE_THRESHOLD",
+        type=percent,
+        default="5",
+        help="SM utilisation in percent (0..100) below which a prepared device counts as idle",
+    ),
+    Flag(
+        "--idle-after",
+        env="DRA_IDLE_AFTER",
+        type=duration,
+        default="30m",
+        help="how long a device stays below the idle threshold before its claim's status says "
+        "Idle=True: seconds or a Go duration such as 30m or 1h30m",
     ),
     common.LOG_FORMAT,
     common.LOG_LEVEL,

@@ -7,6 +7,7 @@ clashing over metric names.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import structlog
@@ -21,7 +22,8 @@ ERROR = "error"
 
 
 class PluginMetrics:
-    """Counters and timings of kubelet's calls, and the number of prepared devices."""
+    """Counters and timings of kubelet's calls, the number of prepared devices, and each
+    prepared device's usage (kubeletplugin/telemetry/)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -60,6 +62,28 @@ class PluginMetrics:
             "MPS control daemons the plugin runs for GPUs with MPS clients.",
             registry=self.registry,
         )
+        device_labels = ["node", "gpu_uuid", "device", "claim_namespace", "claim_name", "pods"]
+        self.device_utilization = Gauge(
+            "dra_device_utilization_percent",
+            "SM utilisation of a prepared device (a share: its pods' processes); no series "
+            "while the hardware cannot tell.",
+            device_labels,
+            registry=self.registry,
+        )
+        self.device_memory = Gauge(
+            "dra_device_memory_used_bytes",
+            "GPU memory used on a prepared device (a share: by its pods' processes).",
+            device_labels,
+            registry=self.registry,
+        )
+        self.device_idle = Gauge(
+            "dra_device_idle_seconds",
+            "How long a prepared device has stayed below the idle threshold; 0 while used.",
+            device_labels,
+            registry=self.registry,
+        )
+        # (claim UID, pool, device) -> the label values its series carry now.
+        self._device_series: dict[tuple[str, str, str], tuple[str, ...]] = {}
         self.mps_restarts = Counter(
             "dra_mps_daemon_restarts",
             "MPS control daemons found dead under their clients and started again.",
@@ -99,6 +123,47 @@ class PluginMetrics:
 
     def record_mps_restart(self) -> None:
         self.mps_restarts.inc()
+
+    def set_device_usage(
+        self,
+        key: tuple[str, str, str],
+        labels: tuple[str, str, str, str, str, str],
+        sm_percent: float | None,
+        memory_used_bytes: int | None,
+        idle_seconds: float,
+    ) -> None:
+        """One prepared device's series, `key` being (claim UID, pool, device) and `labels`
+        the values of (node, gpu_uuid, device, claim_namespace, claim_name, pods)."""
+        old = self._device_series.get(key)
+        if old is not None and old != labels:
+            self._remove_series(old)
+        self._device_series[key] = labels
+        if sm_percent is None:
+            self._remove_one(self.device_utilization, labels)
+        else:
+            self.device_utilization.labels(*labels).set(sm_percent)
+        if memory_used_bytes is None:
+            self._remove_one(self.device_memory, labels)
+        else:
+            self.device_memory.labels(*labels).set(memory_used_bytes)
+        self.device_idle.labels(*labels).set(idle_seconds)
+
+    def remove_device_usage(self, key: tuple[str, str, str]) -> None:
+        labels = self._device_series.pop(key, None)
+        if labels is not None:
+            self._remove_series(labels)
+
+    def device_usage_keys(self) -> set[tuple[str, str, str]]:
+        return set(self._device_series)
+
+    def _remove_series(self, labels: tuple[str, ...]) -> None:
+        for gauge in (self.device_utilization, self.device_memory, self.device_idle):
+            self._remove_one(gauge, labels)
+
+    @staticmethod
+    def _remove_one(gauge: Gauge, labels: tuple[str, ...]) -> None:
+        with contextlib.suppress(KeyError):  # no such series: nothing to remove
+            gauge.remove(*labels)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsEndpoint:
         """Start the HTTP exposition server in a thread; port 0 lets the OS choose."""

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from controller.flags import FLAGS as CONTROLLER_FLAGS
+from dra_driver.cli.flag_types import duration, percent
 from dra_driver.cli.flagdocs import environment_variables
 from dra_driver.cli.flags import Flag, build_parser
 from dra_driver.deviceclasses import device_classes
@@ -104,6 +105,7 @@ def test_plugin_daemonset_runs_privileged_with_the_kubelet_paths() -> None:
         "cdi": "/var/run/cdi",
         "dev": "/dev",
         "driver-root": "/",
+        "host-proc": "/proc",
     }
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     # The DRA socket path must be the same inside and outside the container.
@@ -130,6 +132,45 @@ def test_the_driver_root_is_mounted_read_only_and_named_for_the_runtime() -> Non
     (daemonset,) = [t for path, t in texts.items() if path.endswith("kubeletplugin-daemonset.yaml")]
     override = _env(yaml.safe_load(daemonset)["spec"]["template"]["spec"]["containers"][0])
     assert override["DRA_CONTAINER_DRIVER_ROOT"] == "/host/run/nvidia/driver"
+
+
+def test_the_plugin_reads_the_hosts_proc_and_the_telemetry_settings() -> None:
+    """NVML names GPU processes by host pid: the host's /proc is mounted read-only and the
+    plugin pointed at it (it keeps its own PID namespace); the settings parse as the flags do."""
+    objects = render("defaults")
+    container = _container(objects, "DaemonSet")
+    assert not one(objects, "DaemonSet")["spec"]["template"]["spec"].get("hostPID")
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "host-proc"]
+    assert mount == {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    env = _env(container)
+    assert env["DRA_PROC_ROOT"] == "/host/proc"
+    assert duration(env["DRA_TELEMETRY_INTERVAL"]) == 10
+    assert percent(env["DRA_IDLE_THRESHOLD"]) == 5
+    assert duration(env["DRA_IDLE_AFTER"]) == 1800
+
+
+@pytest.mark.parametrize(
+    ("telemetry", "expected"),
+    [
+        ({"interval": 0, "idleThreshold": 0.5, "idleAfter": "1h30m"}, (0.0, 0.5, 5400.0)),
+        ({"interval": "2.5", "idleThreshold": 100, "idleAfter": 600}, (2.5, 100.0, 600.0)),
+    ],
+)
+def test_telemetry_settings_reach_the_plugin(
+    telemetry: dict[str, Any], expected: tuple[float, float, float]
+) -> None:
+    texts = render_text({"kubeletPlugin": {"telemetry": telemetry}})
+    (daemonset,) = [t for path, t in texts.items() if path.endswith("kubeletplugin-daemonset.yaml")]
+    env = _env(yaml.safe_load(daemonset)["spec"]["template"]["spec"]["containers"][0])
+    text = {k: v for k, v in env.items() if isinstance(v, str)}
+    args = build_parser("dra-kubelet-plugin", "", "0", PLUGIN_FLAGS, environ=text).parse_args([])
+    assert (args.telemetry_interval, args.idle_threshold, args.idle_after) == expected
+
+
+def test_bad_telemetry_settings_name_the_field() -> None:
+    for key, value in (("interval", "ten"), ("idleThreshold", 101), ("idleAfter", "30 m")):
+        with pytest.raises(helm.HelmValuesError, match=f"/kubeletPlugin/telemetry/{key}"):
+            render_text({"kubeletPlugin": {"telemetry": {key: value}}})
 
 
 def test_fake_gpus_need_neither_dev_nor_the_driver() -> None:

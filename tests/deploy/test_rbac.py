@@ -27,18 +27,28 @@ SERVICE_ACCOUNTS = {
 }
 
 BINDING = "resourceclaims/binding"
+DRIVER = "resourceclaims/driver"
+
+#: Which claim status fields each component's status writes change, as the synthetic
+#: subresource and verb kube-apiserver also authorises them against (1.36+, KEP-4817's
+#: DRAResourceClaimGranularStatusAuthorization). The controller allocates: status.allocation
+#: and status.reservedFor, `binding` with the write's own verb. The kubelet plugin only sets
+#: its devices' conditions: status.devices, `driver` named after the driver, with
+#: `associated-node:<verb>`, which holds only for a service account whose pod-bound token
+#: names the node the claim is allocated on.
+STATUS_WRITES = {
+    "controller": (BINDING, "{verb}"),
+    "kubelet-plugin": (DRIVER, "associated-node:{verb}"),
+}
 
 
-def implied(needed: Iterable[Permission]) -> set[Permission]:
-    """Permissions the API server checks although no call names them.
-
-    From 1.36 a write to a claim's status that sets status.allocation or status.reservedFor is
-    also authorised against the synthetic subresource resourceclaims/binding, with the verb of
-    the write; only an allocator writes those fields, and every status write of the controller
-    is one of those.
-    """
+def implied(component: str, needed: Iterable[Permission]) -> set[Permission]:
+    """Permissions the API server checks although no call names them: a write to a claim's
+    status is also authorised against the synthetic subresource of the fields it changes
+    (:data:`STATUS_WRITES`)."""
+    subresource, verb = STATUS_WRITES[component]
     return {
-        Permission(p.group, BINDING, p.verb)
+        Permission(p.group, subresource, verb.format(verb=p.verb))
         for p in needed
         if (p.group, p.resource) == ("resource.k8s.io", "resourceclaims/status")
     }
@@ -62,7 +72,7 @@ def expected(component: str, value_set: str = "defaults") -> set[Permission]:
     needed = set(needed_permissions(component))
     if component in OPTIONAL and value_set == "defaults":
         needed -= OPTIONAL[component][1]
-    return needed | implied(needed)
+    return needed | implied(component, needed)
 
 
 @pytest.mark.parametrize("component", sorted(SERVICE_ACCOUNTS))
@@ -91,6 +101,8 @@ def test_the_plugin_calls_are_found_where_they_are() -> None:
     assert "prepare/claims.py" in where["resource.k8s.io/resourceclaims:get"]
     assert "daemon.py" in where["core/nodes:get"]  # chained client.CoreV1Api(api).read_node
     assert "events.py" in where["core/events:create"]  # self attribute under cast(Any, ...)
+    # The Idle condition: PUT to the status subresource through the custom-objects method.
+    assert "telemetry/status_writer.py" in where["resource.k8s.io/resourceclaims/status:update"]
 
 
 def _scan(source: str, tmp_name: str = "probe") -> set[str]:

@@ -12,10 +12,11 @@ import pytest
 from controller.cli import build_parser as controller_parser
 from controller.flags import FLAGS as CONTROLLER_FLAGS
 from dra_driver.cli.common_flags import COMMON
-from dra_driver.cli.flag_types import port, seconds
+from dra_driver.cli.flag_types import duration, percent, port, seconds
 from dra_driver.cli.flagdocs import describe, environment_variables
 from dra_driver.cli.flags import Flag, Kind, build_parser, require
 from kubeletplugin.cli import build_parser as plugin_parser
+from kubeletplugin.cli import config_from_args
 from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS
 
 TABLE = (
@@ -213,3 +214,54 @@ def test_both_daemons_take_the_common_flags_the_same_way(flags: tuple[Flag, ...]
     by_name = {f.name: f for f in flags}
     for common in COMMON:
         assert dataclasses.replace(by_name[common.name], help=common.help) == common
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1800", 1800.0),
+        ("0", 0.0),
+        ("2.5", 2.5),
+        ("30m", 1800.0),
+        ("1h30m", 5400.0),
+        ("90s", 90.0),
+        ("1.5h", 5400.0),
+        ("500ms", 0.5),
+    ],
+)
+def test_durations_in_seconds_or_go_form(text: str, expected: float) -> None:
+    assert duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-5", "30 m", "1d", "m", "nan", "inf", "30m-1s"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [("0", True), ("100", True), ("5.5", True), ("101", False), ("-1", False), ("x", False)],
+)
+def test_percentages_are_within_0_to_100(text: str, ok: bool) -> None:
+    if ok:
+        assert percent(text) == float(text)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError):
+            percent(text)
+
+
+def test_the_plugins_telemetry_flags() -> None:
+    args = plugin_parser().parse_args(
+        ["--node-name", "n", "--fake-gpus", "A100:1", "--idle-after", "1h30m"]
+    )
+    assert (args.telemetry_interval, args.idle_threshold, args.idle_after) == (10.0, 5.0, 5400.0)
+    assert str(args.proc_root) == "/proc"
+    config = config_from_args(args)
+    assert (config.telemetry_interval_s, config.idle_threshold_percent, config.idle_after_s) == (
+        10.0,
+        5.0,
+        5400.0,
+    )
+    with pytest.raises(SystemExit):
+        plugin_parser().parse_args(["--node-name", "n", "--idle-threshold", "120"])
