@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,8 @@ class LocalNode:
     root: Path
     agent: NodeAgent
     process: subprocess.Popen[bytes] | None = None
+    #: The plugin's Prometheus port on 127.0.0.1 (LocalCluster(plugin_metrics=True)), else None.
+    metrics_port: int | None = None
 
     @property
     def plugin_dir(self) -> Path:
@@ -111,6 +114,7 @@ class LocalCluster:
         controller_args: tuple[str, ...] = (),
         watch_history: int = DEFAULT_WATCH_HISTORY,
         idle_after: float | None = None,
+        plugin_metrics: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
@@ -118,6 +122,9 @@ class LocalCluster:
             raise ValueError(f"idle_after must be at least 0 seconds, got {idle_after}")
         # The plugins' --idle-after in seconds; None leaves the plugin's default.
         self.idle_after = idle_after
+        # Each plugin serves its metrics on a port of its own, picked at start and kept across
+        # restarts (the plugins share `plugin_args`, so one fixed port could not serve them all).
+        self._plugin_metrics = plugin_metrics
         self.gpus = gpus
         self.driver_name = driver_name
         # `watch_history` bounds the API server's event history: a small one makes the daemons'
@@ -174,6 +181,8 @@ class LocalCluster:
                 fake_load=load,
             )
             node = LocalNode(name, root, agent)
+            if self._plugin_metrics:
+                node.metrics_port = _free_port()
             _boot(node)
             self.nodes.append(node)
             self.start_plugin(node)
@@ -209,13 +218,11 @@ class LocalCluster:
             node.process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=log_file)
 
     def _telemetry_args(self, node: LocalNode) -> list[str]:
-        from kubeletplugin.flags import FLAGS  # noqa: PLC0415 - TEMPORARY until telemetry lands
-
-        if "--telemetry-interval" not in {f.name for f in FLAGS}:
-            return []
         args = [f"--proc-root={node.proc_root}", f"--telemetry-interval={TELEMETRY_INTERVAL_S}"]
         if self.idle_after is not None:
             args.append(f"--idle-after={self.idle_after:g}")
+        if node.metrics_port is not None:
+            args.append(f"--metrics-port={node.metrics_port}")
         return args
 
     def start_controller(self, controller: LocalController) -> None:
@@ -336,3 +343,11 @@ def _boot(node: LocalNode) -> None:
         with FileStateStore(state_dir, node.name).transaction() as state:
             if state.processes:
                 state.processes = []
+
+
+def _free_port() -> int:
+    """A TCP port nothing listens on now (the OS's pick); the plugin binds it moments later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
