@@ -27,6 +27,7 @@ from localcluster.roles.node_agent import (
     FAKE_UTILIZATION_ANNOTATION,
     INVALID_FAKE_UTILIZATION,
     PREPARED_ANNOTATION,
+    fake_utilization,
 )
 from tests.support import objects
 from tests.support.polling import eventually
@@ -207,3 +208,22 @@ async def test_an_invalid_annotation_keeps_the_pod_from_starting_until_fixed(
         node = cluster.nodes[0]
         with FileStateStore(node.fake_state_dir, node.name).transaction() as state:
             assert [p.sm_percent for p in state.processes] == [12.5]
+
+
+@pytest.mark.parametrize("value", ["0", "80", "100", "12.5", "007"])
+def test_a_plain_number_from_0_to_100_is_accepted(value: str) -> None:
+    assert fake_utilization(_pod("p", value)) == float(value)
+
+
+@pytest.mark.parametrize(
+    "value", ["", "lots", "-1", "100.5", "101", "1e2", " 80", "nan", "+5", "5%"]
+)
+def test_anything_else_is_refused_naming_the_pod_annotation_and_value(value: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        fake_utilization(_pod("p", value))
+    for part in ("default/p", FAKE_UTILIZATION_ANNOTATION, repr(value)):
+        assert part in str(refused.value)
+
+
+def test_without_the_annotation_there_is_no_load() -> None:
+    assert fake_utilization(_pod("p", None)) is None
