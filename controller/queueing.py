@@ -279,13 +279,25 @@ class QueueKeeper:
             idle_since=idle_since(claims, self.settings.driver_name),
         )
 
-    def idle_gpus(self, running: Iterable[Running] | None = None) -> dict[str, float]:
-        """Per queue, the GPU-equivalents held by running pods whose devices are all idle."""
-        found: dict[str, float] = {}
-        for pod in self.running() if running is None else running:
-            if pod.idle_since is not None:
-                found[pod.queue] = found.get(pod.queue, 0.0) + pod.amounts.gpu
-        return found
+    def idle_gpus(self) -> dict[str, float]:
+        """Per queue (its descendants' included, as `used`), the GPU-equivalents of allocated
+        claims whose devices of this driver are all idle. Counted per claim, as usage is: a
+        claim without device conditions (most of them) costs a dictionary look-up."""
+        tree = self.tree()
+        own: dict[str, float] = {}
+        for key, claim in self.view.claims.items():
+            if not (claim.get("status") or {}).get("devices"):
+                continue
+            allocation = allocation_of(claim)
+            if allocation is None or idle_since([claim], self.settings.driver_name) is None:
+                continue
+            queue = tree.queue_for(key[0])
+            own[queue] = own.get(queue, 0.0) + self.claim_amounts(key, allocation).gpu
+
+        def total(name: str) -> float:
+            return own.get(name, 0.0) + sum(total(child) for child in tree.children(name))
+
+        return {name: total(name) for name in tree.queues}
 
     def _alive(self, key: Key) -> bool:
         pod = self.view.pods.get(key)

@@ -358,8 +358,9 @@ class Reconciler:
         # The pass's own ledger, with its admissions and evictions, saves a second count.
         ledger, self.state.pass_ledger = self.state.pass_ledger or self.queues.ledger(), None
         pending = self.queues.pending_by_queue(self._gated_pods())
-        self.queue_metrics.update(ledger, pending)
-        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending)
+        idle = self.queues.idle_gpus()
+        self.queue_metrics.update(ledger, pending, idle)
+        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending, idle)
 
     def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""

@@ -34,6 +34,7 @@ from tests.unit.controller.test_queues import (
     make_cluster,
     passes,
     queue,
+    queue_status,
     read_pod,
 )
 
@@ -184,6 +185,10 @@ async def test_a_queue_without_idle_reclaim_keeps_its_idle_pods_within_its_guara
         found = condition(cluster, "qb", "b1", f"{DRIVER}/DevicesAllocated")
         assert found is not None
         assert "no pod on borrowed capacity would make room" in found["message"]
+        # Both of a's GPUs are idle: its status and gauge say so.
+        await queue_status(daemon, api, "a", lambda s: s.get("idle") == {"gpu": "2"})
+        assert daemon.queue_metrics.idle.labels("a")._value.get() == 2
+        assert daemon.queue_metrics.idle.labels("b")._value.get() == 0
     finally:
         daemon.stop_watches()
 
