@@ -1,5 +1,6 @@
 """Prometheus metrics of the queues: per queue what it is guaranteed, uses, borrows and has
-waiting, the GPUs it holds idle, and the evictions reclaim made (by the queue that reclaimed and the queue that lent)."""
+waiting, the GPUs it holds idle, and the evictions reclaim made (by the queue that reclaimed
+and the queue that lent)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Each GpuQueue's `status`: what it holds, borrows and holds idle, how many pods wait, and whether the
-controller accepted it (`Valid`, with the reason when not).
+"""Each GpuQueue's `status`: what it holds, borrows and holds idle, how many pods wait, and
+whether the controller accepted it (`Valid`, with the reason when not).
 
 Written only when it changed, and at most once per `MIN_INTERVAL_S` per queue, so a burst of
 admissions costs one write per queue per second, not one per pod.

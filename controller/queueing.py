@@ -329,6 +329,8 @@ class QueuePass:
     """Pods that could be evicted, found once per pass when reclaim first needs them."""
     _running: list[Running] | None = None
     """The pods that hold devices, read once per pass when reclaim first needs them."""
+    _idle_candidates: list[Unit] | None = None
+    """Units of queues with `idleReclaim` idle long enough, found once per pass."""
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     """The pass's wall-clock time, against which idleness is measured."""
     _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
@@ -530,22 +532,30 @@ class QueuePass:
 
     def _idle_units(self, requester: str) -> list[Unit]:
         """Units of other queues with `idleReclaim` whose pods have all been idle at least
-        that queue's `after` (a gang only when every running member has)."""
-        queues = self.ledger.tree.queues
+        that queue's `after` (a gang only when every running member has), not being evicted."""
+        if self._idle_candidates is None:
+            self._idle_candidates = self._idle_eligible()
         evicting = self.keeper.evicting
+        return [
+            u
+            for u in self._idle_candidates
+            if all(p.queue != requester and p.key not in evicting for p in u.pods)
+        ]
+
+    def _idle_eligible(self) -> list[Unit]:
+        queues = self.ledger.tree.queues
+        if all(spec.idle_reclaim_after_s is None for spec in queues.values()):
+            return []  # the usual case: no queue lends its idle pods, nothing to read
 
         def eligible(pod: Running) -> bool:
             spec = queues.get(pod.queue)
-            if spec is None or spec.idle_reclaim_after_s is None or pod.queue == requester:
-                return False
-            if pod.key in evicting or pod.idle_since is None:
+            if spec is None or spec.idle_reclaim_after_s is None or pod.idle_since is None:
                 return False
             return (self.now - pod.idle_since).total_seconds() >= spec.idle_reclaim_after_s
 
-        running = self.running()
         units: list[Unit] = []
         gangs: dict[str, list[Running]] = {}
-        for pod in running:
+        for pod in self.running():
             if pod.gang is None:
                 if eligible(pod):
                     units.append(Unit((pod,)))

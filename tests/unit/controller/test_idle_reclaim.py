@@ -268,3 +268,38 @@ def test_the_crd_checks_idle_reclaim_after(
         queue(api, "a", namespaces=["qa"], idleReclaim={"after": after})
     assert err.value.status == 422
     assert "idleReclaim.after" in str(err.value.body)
+
+
+async def test_idle_reclaim_respects_a_pod_disruption_budget_and_says_so(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:1")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"}, idleReclaim={"after": "30m"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    gpu_pod(cluster, "qa", "a1", labels={"app": "kept"})
+    budget = {
+        "metadata": {"name": "kept", "namespace": "qa"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kept"}}},
+    }
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget("qa", budget)
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        await known(daemon, ("qa", "a1"))
+        await passes(daemon)
+        # Running and ready, as kubelet would report it: a pending pod ignores budgets.
+        ready = {"type": "Ready", "status": "True"}
+        status = {"status": {"phase": "Running", "conditions": [ready]}}
+        cluster.core.patch_namespaced_pod_status("a1", "qa", status)
+        set_idle(cluster, "qa", "a1", True, LONG_AGO)
+        await idleness_seen(daemon, "qa", "a1", True)
+        await b1_waits(daemon, cluster)
+        # The budget refused (429): a1 runs on, is spared for the hold time, and b1 is told.
+        assert read_pod(cluster, "qa", "a1") is not None
+        assert ("qa", "a1") in daemon.reconciler.queues.spared
+        (blocked,) = events(cluster, "qb", "b1", "ReclaimBlocked")
+        assert "could not evict pod qa/a1 for pod qb/b1" in blocked
+        assert "PodDisruptionBudget" in blocked
+        evictions = daemon.queue_metrics.evictions.labels(queue="b", victim_queue="a")
+        assert evictions._value.get() == 0
+    finally:
+        daemon.stop_watches()
