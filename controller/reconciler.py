@@ -109,14 +109,14 @@ class Reconciler:
             old_claims = _claim_refs(event.old)
         status_only = self.view.device_status_only(event)
         self.view.apply(event)
-        if event.resource == "resourceclaims" and event.kind != "DELETED":
-            self._idle_due(event.key, event.obj)
+        due = event.resource == "resourceclaims" and self._idle_due(event.key, event.obj)
         if status_only:
             # A plugin's device conditions (Idle): no allocation, reservation or deletion
             # moved, so nothing is deallocated or decided again for it; the view keeps the
-            # claim for reclaim, and `_idle_due` wakes the waiting pods when its idleness may
-            # let them evict under a queue's idleReclaim.
-            if self.state.idle_due and self.state.waiting:
+            # claim for reclaim, and `_idle_due` has the waiting pods decided again when its
+            # idleness may let them evict under a queue's idleReclaim (the loop is woken to
+            # take the new deadline into account).
+            if due and self.state.waiting:
                 self._wake.set()
             return
         if event.resource == "pods":
@@ -146,19 +146,22 @@ class Reconciler:
             self._forget_pod(event.key)
         self.metrics.pending.set(len(self.state.seen_at))
 
-    def _idle_due(self, key: Key, claim: Obj) -> None:
-        """When the claim's devices are all idle and its queue has `idleReclaim`, the moment
-        they will have been idle long enough: waiting pods are decided again then."""
-        if not self.view.objects["gpuqueues"]:
-            return
+    def _idle_due(self, key: Key, claim: Obj) -> bool:
+        """When the claim's devices are all idle and its queue has `idleReclaim`, note the
+        moment they will have been idle long enough (waiting pods are decided again then);
+        whether one was noted."""
+        if not self.view.objects["gpuqueues"] or key not in self.view.claims:
+            return False
         since = idle_since([claim], self.config.driver_name)
         if since is None:
-            return
-        spec = self.queues.tree().queues.get(self.queues.tree().queue_for(key[0]))
+            return False
+        tree = self.queues.tree()
+        spec = tree.queues.get(tree.queue_for(key[0]))
         if spec is None or spec.idle_reclaim_after_s is None:
-            return
+            return False
         wait = spec.idle_reclaim_after_s - (datetime.now(UTC) - since).total_seconds()
         heapq.heappush(self.state.idle_due, time.monotonic() + max(0.0, wait))
+        return True
 
     def _forget_pod(self, key: Key) -> None:
         """A pod no longer gated (allocated, deleted, its gate taken off by someone else)."""
