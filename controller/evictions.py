@@ -1,5 +1,8 @@
 """Carrying out reclaim: tell each victim why, then evict it through the Eviction API.
 
+A victim evicted under its queue's `idleReclaim` is told how long its GPUs were idle and which
+queue's pod waits; an idle victim of ordinary reclaim is told how long too.
+
 The Event and the condition go first, so the pod's record says which queue took its devices
 even if it is gone a moment later. A PodDisruptionBudget that forbids the eviction (429) spares
 the pod for the hold time and tells the waiting pod; a pod already gone (404) needs nothing.
@@ -19,6 +22,7 @@ from controller.informer import Obj, key_of
 from controller.kube_calls import ControllerApi
 from controller.queue_metrics import QueueMetrics
 from controller.queueing import QueueKeeper, Reclaim
+from dra_driver.queues.spec import format_duration
 
 log = structlog.get_logger(__name__)
 
@@ -51,10 +55,7 @@ async def carry_out(
 ) -> None:
     asker = reclaim.asker
     for victim, victim_queue in reclaim.victims:
-        message = (
-            f"evicted: queue {reclaim.queue} reclaims the GPUs it is guaranteed, for {asker}; "
-            f"this pod ran on capacity queue {victim_queue} had borrowed"
-        )
+        message = _message(reclaim, victim, victim_queue)
         try:
             await asyncio.to_thread(api.post_pod_event, victim, "Warning", "Reclaimed", message)
             await asyncio.to_thread(api.patch_pod_conditions, victim, [_condition(keeper, message)])
@@ -77,6 +78,22 @@ async def carry_out(
             requester=asker,
             node=reclaim.node,
         )
+
+
+def _message(reclaim: Reclaim, victim: Obj, victim_queue: str) -> str:
+    """Why the victim goes: borrowed capacity its queue gives back, or (under its queue's
+    `idleReclaim`) GPUs idle long enough while another queue's pod waits."""
+    idle_for = reclaim.idle_for.get(key_of(victim))
+    idle = "" if idle_for is None else f"its GPUs were idle for {format_duration(idle_for)}; "
+    if reclaim.idle_reclaim:
+        return (
+            f"evicted: {idle}queue {victim_queue} lends GPUs idle that long (idleReclaim) and "
+            f"{reclaim.asker} of queue {reclaim.queue} waits for them"
+        )
+    return (
+        f"evicted: {idle}queue {reclaim.queue} reclaims the GPUs it is guaranteed, for "
+        f"{reclaim.asker}; this pod ran on capacity queue {victim_queue} had borrowed"
+    )
 
 
 def _condition(keeper: QueueKeeper, message: str) -> Obj:

@@ -1,5 +1,6 @@
 """Prometheus metrics of the queues: per queue what it is guaranteed, uses, borrows and has
-waiting, and the evictions reclaim made (by the queue that reclaimed and the queue that lent)."""
+waiting, the GPUs it holds idle, and the evictions reclaim made (by the queue that reclaimed
+and the queue that lent)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class QueueMetrics:
             ["queue"],
             registry=registry,
         )
+        self.idle = Gauge(
+            "dra_controller_queue_idle_gpus",
+            "GPU-equivalents a queue holds in claims whose devices are all idle.",
+            ["queue"],
+            registry=registry,
+        )
         self.evictions = Counter(
             "dra_controller_queue_evictions",
             "Pods evicted to give a queue back its guarantee.",
@@ -43,10 +50,13 @@ class QueueMetrics:
         )
         self._shown: set[str] = set()
 
-    def update(self, ledger: Ledger, pending: dict[str, int]) -> None:
+    def update(
+        self, ledger: Ledger, pending: dict[str, int], idle: dict[str, float] | None = None
+    ) -> None:
         queues = set(ledger.tree.queues)
         for gone in self._shown - queues:
             self.pending.remove(gone)
+            self.idle.remove(gone)
             for resource in RESOURCES:
                 for gauge in (self.guaranteed, self.used, self.borrowed):
                     gauge.remove(gone, resource)
@@ -59,3 +69,4 @@ class QueueMetrics:
                 self.used.labels(name, resource).set(used.get(resource))
                 self.borrowed.labels(name, resource).set(borrowed.get(resource))
             self.pending.labels(name).set(pending.get(name, 0))
+            self.idle.labels(name).set((idle or {}).get(name, 0.0))

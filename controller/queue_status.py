@@ -1,5 +1,5 @@
-"""Each GpuQueue's `status`: what it holds and borrows, how many pods wait, and whether the
-controller accepted it (`Valid`, with the reason when not).
+"""Each GpuQueue's `status`: what it holds, borrows and holds idle, how many pods wait, and
+whether the controller accepted it (`Valid`, with the reason when not).
 
 Written only when it changed, and at most once per `MIN_INTERVAL_S` per queue, so a burst of
 admissions costs one write per queue per second, not one per pod.
@@ -28,13 +28,18 @@ VALID: Final = "Valid"
 
 
 def queue_status(
-    name: str, ledger: Ledger, pending: Mapping[str, int], problem: str | None
+    name: str,
+    ledger: Ledger,
+    pending: Mapping[str, int],
+    problem: str | None,
+    idle: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     if problem is not None:
         # Nulls remove the figures of a time it was valid: a merge patch keeps what it omits.
         return {
             "used": None,
             "borrowed": None,
+            "idle": None,
             "pending": None,
             "conditions": [_condition(False, "InvalidSpec", problem)],
         }
@@ -43,6 +48,7 @@ def queue_status(
     return {
         "used": {"gpu": format_gpu(used.gpu), "memory": format_memory(used.memory)},
         "borrowed": {"gpu": format_gpu(borrowed.gpu), "memory": format_memory(borrowed.memory)},
+        "idle": {"gpu": format_gpu((idle or {}).get(name, 0.0))},
         "pending": pending.get(name, 0),
         "conditions": [_condition(True, "Accepted", "the controller serves this queue")],
     }
@@ -67,13 +73,14 @@ class QueueStatusWriter:
         queues: Mapping[tuple[str, str], Obj],
         ledger: Ledger,
         pending: Mapping[str, int],
+        idle: Mapping[str, float] | None = None,
     ) -> None:
         now = time.monotonic()
         self.due = None
         problems = ledger.tree.problems
         for (_, name), obj in sorted(queues.items()):
             uid = str(obj["metadata"].get("uid") or "")
-            wanted = queue_status(name, ledger, pending, problems.get(name))
+            wanted = queue_status(name, ledger, pending, problems.get(name), idle)
             previous = self._written.get(name)
             if previous is not None and previous[0] == uid and previous[1] == wanted:
                 continue

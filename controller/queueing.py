@@ -22,6 +22,13 @@ placed on trial by `controller.gang_trial`): victims are chosen so that every me
 once, on as many nodes as it takes, and only when the whole gang then fits within its queue's
 guarantee and every limit. Each member gets a hold on the devices freed on its node; the gang
 is decided again as one unit, so all its holds end together.
+
+Idleness: each running pod carries when all its devices went idle (`device_status.idle_since`
+over its claims as the view has them), so reclaim evicts idle pods first. A queue with
+`spec.idleReclaim.after` also lends its pods idle that long: when a single pod of another
+queue finds no room (and reclaim of borrowed capacity, where its queue may reclaim, found
+nothing), those pods may be evicted for it even within their queue's guarantee, with the same
+trial of the freed devices and the waiting pod's queue admission checked with them gone.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -42,6 +50,7 @@ from controller.informer import Key, Obj, key_of
 from controller.node_load import FINISHED_PHASES
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
+from dra_driver.device_status import idle_since
 from dra_driver.queues import (
     RECLAIM_BORROWED,
     ZERO,
@@ -57,7 +66,7 @@ from dra_driver.queues import (
 )
 from dra_driver.queues.gang_reclaim import choose_gang_victims
 from dra_driver.queues.reclaim import BorrowedUnits
-from dra_driver.queues.spec import format_gpu, pod_priority
+from dra_driver.queues.spec import format_duration, format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +102,11 @@ class Reclaim:
     """Set when the reclaim is for a gang (`requester` is then its first member)."""
     holders: tuple[Key, ...] = ()
     """The pods whose holds keep what the victims free (the requester alone when empty)."""
+    idle_for: dict[Key, float] = field(default_factory=dict)
+    """Victims whose devices were all idle → for how many seconds, when chosen."""
+    idle_reclaim: bool = False
+    """The victims go under their queue's `idleReclaim` (within its guarantee), not as
+    borrowed capacity."""
 
     @property
     def asker(self) -> str:
@@ -262,7 +276,28 @@ class QueueKeeper:
             created=_created(pod),
             amounts=total,
             gang=gang,
+            idle_since=idle_since(claims, self.settings.driver_name),
         )
+
+    def idle_gpus(self) -> dict[str, float]:
+        """Per queue (its descendants' included, as `used`), the GPU-equivalents of allocated
+        claims whose devices of this driver are all idle. Counted per claim, as usage is: a
+        claim without device conditions (most of them) costs a dictionary look-up."""
+        tree = self.tree()
+        own: dict[str, float] = {}
+        for key, claim in self.view.claims.items():
+            if not (claim.get("status") or {}).get("devices"):
+                continue
+            allocation = allocation_of(claim)
+            if allocation is None or idle_since([claim], self.settings.driver_name) is None:
+                continue
+            queue = tree.queue_for(key[0])
+            own[queue] = own.get(queue, 0.0) + self.claim_amounts(key, allocation).gpu
+
+        def total(name: str) -> float:
+            return own.get(name, 0.0) + sum(total(child) for child in tree.children(name))
+
+        return {name: total(name) for name in tree.queues}
 
     def _alive(self, key: Key) -> bool:
         pod = self.view.pods.get(key)
@@ -292,6 +327,12 @@ class QueuePass:
     reclaims: list[Reclaim] = field(default_factory=list)
     _borrowed_units: BorrowedUnits | None = None
     """Pods that could be evicted, found once per pass when reclaim first needs them."""
+    _running: list[Running] | None = None
+    """The pods that hold devices, read once per pass when reclaim first needs them."""
+    _idle_candidates: list[Unit] | None = None
+    """Units of queues with `idleReclaim` idle long enough, found once per pass."""
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """The pass's wall-clock time, against which idleness is measured."""
     _applied: dict[Key, list[tuple[Obj, str]]] = field(default_factory=dict)
     """Hold → the allocations recorded for it in the allocator's usage during this pass."""
     _unexplained: set[Key] = field(default_factory=set)
@@ -419,14 +460,24 @@ class QueuePass:
             self.keeper.holds.pop(key_of(pod), None)
         return None
 
-    def failed(self, pods: Sequence[Obj], outcome: Unallocatable) -> str:
-        """The reason the pods wait, after trying reclaim for them."""
+    def failed(self, pods: Sequence[Obj], outcome: Unallocatable, lacks_room: bool = True) -> str:
+        """The reason the pods wait, after trying reclaim for them. `lacks_room` is False when
+        the pods were refused by their queue's admission (a limit, capacity held for others)
+        rather than for want of devices: idle pods are evicted only to make room."""
         queue = self.keeper.queue_of(pods[0])
         self.ledger.waiting.add(queue)
-        if not self.ledger.short_of_guarantee(queue):
-            return self._explained(pods, outcome)
         pod = pods[0]
         spec = self.ledger.tree.queues[queue]
+        idle_allowed = lacks_room and len(pods) == 1 and spec.reclaim == RECLAIM_BORROWED
+        if not self.ledger.short_of_guarantee(queue):
+            if idle_allowed:
+                hold = self.keeper.holds.get(key_of(pod))
+                if hold is not None:
+                    return _waiting_for(f"queue {queue}", hold)
+                idle = self._idle_reclaim(pod, queue, f"queue {queue}")
+                if idle is not None:
+                    return idle
+            return self._explained(pods, outcome)
         used = self.ledger.used(queue)
         standing = f"queue {queue} is below its guarantee ({_standing(used, spec)})"
         if spec.reclaim != RECLAIM_BORROWED:
@@ -438,15 +489,88 @@ class QueuePass:
             return self._gang_failed(pods, queue, outcome, standing)
         hold = self.keeper.holds.get(key_of(pod))
         if hold is not None:  # reclaimed already: wait for what it frees, until the hold ends
-            return (
-                f"{standing}: waiting for the devices of {len(hold.victims)} evicted pod(s) "
-                f"on node {hold.node}"
-            )
+            return _waiting_for(standing, hold)
         chosen = self._victims(pod, queue)
         if chosen is None:
+            idle = self._idle_reclaim(pod, queue, standing) if idle_allowed else None
+            if idle is not None:
+                return idle
             why = self._explained(pods, outcome)
             return f"{why}; {standing} but no pod on borrowed capacity would make room"
         node, units = chosen
+        self._evict(pod, queue, node, units, idle_reclaim=False)
+        names = ", ".join(f"{p.key[0]}/{p.key[1]}" for u in units for p in u.pods)
+        return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
+
+    def _idle_reclaim(self, pod: Obj, queue: str, standing: str) -> str | None:
+        """Evict pods of queues with `idleReclaim` whose devices have been idle long enough,
+        even within their guarantee, when that makes room for `pod` (see the module
+        docstring); the reason the pod waits then, or None when nothing would make room."""
+        units = self._idle_units(queue)
+        if not units:
+            return None
+        chosen = self._victims(pod, queue, units=units, within_guarantee=False)
+        if chosen is None:
+            return None
+        node, picked = chosen
+        self._evict(pod, queue, node, picked, idle_reclaim=True)
+        names = ", ".join(
+            f"{p.key[0]}/{p.key[1]} (queue {p.queue}, idle for {self._idle_text(p)})"
+            for u in picked
+            for p in u.pods
+        )
+        return f"{standing}: evicting idle {names} to make room on node {node}"
+
+    def _idle_text(self, pod: Running) -> str:
+        assert pod.idle_since is not None
+        return format_duration((self.now - pod.idle_since).total_seconds())
+
+    def running(self) -> list[Running]:
+        if self._running is None:
+            self._running = self.keeper.running()
+        return self._running
+
+    def _idle_units(self, requester: str) -> list[Unit]:
+        """Units of other queues with `idleReclaim` whose pods have all been idle at least
+        that queue's `after` (a gang only when every running member has), not being evicted."""
+        if self._idle_candidates is None:
+            self._idle_candidates = self._idle_eligible()
+        evicting = self.keeper.evicting
+        return [
+            u
+            for u in self._idle_candidates
+            if all(p.queue != requester and p.key not in evicting for p in u.pods)
+        ]
+
+    def _idle_eligible(self) -> list[Unit]:
+        queues = self.ledger.tree.queues
+        if all(spec.idle_reclaim_after_s is None for spec in queues.values()):
+            return []  # the usual case: no queue lends its idle pods, nothing to read
+
+        def eligible(pod: Running) -> bool:
+            spec = queues.get(pod.queue)
+            if spec is None or spec.idle_reclaim_after_s is None or pod.idle_since is None:
+                return False
+            return (self.now - pod.idle_since).total_seconds() >= spec.idle_reclaim_after_s
+
+        units: list[Unit] = []
+        gangs: dict[str, list[Running]] = {}
+        for pod in self.running():
+            if pod.gang is None:
+                if eligible(pod):
+                    units.append(Unit((pod,)))
+            else:
+                gangs.setdefault(pod.gang, []).append(pod)
+        for members in gangs.values():
+            if all(eligible(m) for m in members):
+                units.append(Unit(tuple(sorted(members, key=lambda p: p.key))))
+        return units
+
+    def _evict(
+        self, pod: Obj, queue: str, node: str, units: Sequence[Unit], *, idle_reclaim: bool
+    ) -> None:
+        """Record the victims as being evicted, hold what they free for `pod`, and queue the
+        evictions for after the pass."""
         victims = [p for u in units for p in u.pods]
         claims: dict[Key, Obj] = {}
         view = self.keeper.view
@@ -467,14 +591,26 @@ class QueuePass:
             until=time.monotonic() + self.keeper.settings.hold_s,
         )
         self.reclaims.append(
-            Reclaim(pod, queue, node, [(view.pods[v.key], v.queue) for v in victims])
+            Reclaim(
+                pod,
+                queue,
+                node,
+                [(view.pods[v.key], v.queue) for v in victims],
+                idle_for=self._idle_for(victims),
+                idle_reclaim=idle_reclaim,
+            )
         )
-        names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
-        return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
+
+    def _idle_for(self, victims: Iterable[Running]) -> dict[Key, float]:
+        return {
+            v.key: (self.now - v.idle_since).total_seconds()
+            for v in victims
+            if v.idle_since is not None
+        }
 
     def _borrowed(self, queue: str) -> list[Unit]:
         if self._borrowed_units is None:  # once per pass: every pod's claims are read for it
-            self._borrowed_units = BorrowedUnits(self.ledger, self.keeper.running())
+            self._borrowed_units = BorrowedUnits(self.ledger, self.running())
         return self._borrowed_units.units(queue, self.keeper.evicting)
 
     def _gang_failed(
@@ -539,6 +675,7 @@ class QueuePass:
                 [(view.pods[v.key], v.queue) for v in victims],
                 gang=gang,
                 holders=tuple(keys),
+                idle_for=self._idle_for(victims),
             )
         )
         names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
@@ -547,13 +684,24 @@ class QueuePass:
             f"its {len(pods)} members on node(s) {where}"
         )
 
-    def _victims(self, pod: Obj, queue: str) -> tuple[str, list[Unit]] | None:
+    def _victims(
+        self,
+        pod: Obj,
+        queue: str,
+        units: Sequence[Unit] | None = None,
+        within_guarantee: bool = True,
+    ) -> tuple[str, list[Unit]] | None:
+        """The node and units to evict so `pod` fits (borrowed units unless `units` are
+        given). With `within_guarantee` the pod must also keep its queue within its guarantee
+        (reclaim only gives a queue back what it was promised); either way its queue must be
+        able to take it, with the victims gone, under every limit."""
         view = self.keeper.view
         claims = view.pod_claims(pod) or []
         missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
         if not missing:
             return None
-        units = self._borrowed(queue)
+        if units is None:
+            units = self._borrowed(queue)
         if not units:
             return None
         spec = self.ledger.tree.queues[queue]
@@ -583,7 +731,7 @@ class QueuePass:
                         view.snapshot, self.keeper.settings.driver_name, allocation
                     )
                     placer.release(allocation, allocation_node(allocation) or "*")
-            if not spec.guaranteed.covers(used + asks):
+            if within_guarantee and not spec.guaranteed.covers(used + asks):
                 return False
             # Room on the devices is not enough when an ancestor's limit, reached by
             # siblings that borrowed, holds the pod back: the victims must free that too.
@@ -617,6 +765,13 @@ def _gang_name(pod: Obj, settings: QueueSettings) -> str:
     meta = pod["metadata"]
     name = (meta.get("labels") or {}).get(settings.gang_label) or meta["name"]
     return f"{meta.get('namespace')}/{name}"
+
+
+def _waiting_for(standing: str, hold: Hold) -> str:
+    return (
+        f"{standing}: waiting for the devices of {len(hold.victims)} evicted pod(s) "
+        f"on node {hold.node}"
+    )
 
 
 def _standing(used: Amounts, spec: QueueSpec) -> str:

@@ -23,8 +23,10 @@ decisions, so it never races with a decision about the same claim.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -45,6 +47,7 @@ from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
 from controller.reconciler_state import ReconcilerState
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
+from dra_driver.device_status import idle_since
 from dra_driver.pod_claims import known_claim_names
 
 log = structlog.get_logger(__name__)
@@ -104,7 +107,18 @@ class Reconciler:
         old_claims: list[str] = []
         if event.resource == "pods" and event.old is not None:
             old_claims = _claim_refs(event.old)
+        status_only = self.view.device_status_only(event)
         self.view.apply(event)
+        due = event.resource == "resourceclaims" and self._idle_due(event.key, event.obj)
+        if status_only:
+            # A plugin's device conditions (Idle): no allocation, reservation or deletion
+            # moved, so nothing is deallocated or decided again for it; the view keeps the
+            # claim for reclaim, and `_idle_due` has the waiting pods decided again when its
+            # idleness may let them evict under a queue's idleReclaim (the loop is woken to
+            # take the new deadline into account).
+            if due and self.state.waiting:
+                self._wake.set()
+            return
         if event.resource == "pods":
             self._pod_changed(event, old_claims)
         elif event.resource == "resourceclaims":
@@ -131,6 +145,23 @@ class Reconciler:
         else:
             self._forget_pod(event.key)
         self.metrics.pending.set(len(self.state.seen_at))
+
+    def _idle_due(self, key: Key, claim: Obj) -> bool:
+        """When the claim's devices are all idle and its queue has `idleReclaim`, note the
+        moment they will have been idle long enough (waiting pods are decided again then);
+        whether one was noted."""
+        if not self.view.objects["gpuqueues"] or key not in self.view.claims:
+            return False
+        since = idle_since([claim], self.config.driver_name)
+        if since is None:
+            return False
+        tree = self.queues.tree()
+        spec = tree.queues.get(tree.queue_for(key[0]))
+        if spec is None or spec.idle_reclaim_after_s is None:
+            return False
+        wait = spec.idle_reclaim_after_s - (datetime.now(UTC) - since).total_seconds()
+        heapq.heappush(self.state.idle_due, time.monotonic() + max(0.0, wait))
+        return True
 
     def _forget_pod(self, key: Key) -> None:
         """A pod no longer gated (allocated, deleted, its gate taken off by someone else)."""
@@ -242,8 +273,12 @@ class Reconciler:
         freed = await self._deallocate()
         if freed:
             await self.view.claims_caught_up(freed, WATCH_CATCH_UP_S)
+        idle_came_due = False
+        while self.state.idle_due and self.state.idle_due[0] <= time.monotonic():
+            heapq.heappop(self.state.idle_due)
+            idle_came_due = True
         for key, generation in list(self.state.waiting.items()):
-            if generation != self.view.generation:
+            if idle_came_due or generation != self.view.generation:
                 self.state.queue.setdefault(key)
         keys = list(self.state.queue)  # the queue pass orders the units (see `queueing`)
         self.state.queue.clear()
@@ -317,6 +352,8 @@ class Reconciler:
         if self.queue_status.due is not None:
             due.append(self.queue_status.due)
         due.extend(h.until for h in self.queues.holds.values())
+        if self.state.idle_due and self.state.waiting:
+            due.append(self.state.idle_due[0])
         return min(due, default=None)
 
     async def _report_queues(self) -> None:
@@ -324,8 +361,9 @@ class Reconciler:
         # The pass's own ledger, with its admissions and evictions, saves a second count.
         ledger, self.state.pass_ledger = self.state.pass_ledger or self.queues.ledger(), None
         pending = self.queues.pending_by_queue(self._gated_pods())
-        self.queue_metrics.update(ledger, pending)
-        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending)
+        idle = self.queues.idle_gpus()
+        self.queue_metrics.update(ledger, pending, idle)
+        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending, idle)
 
     def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
@@ -383,7 +421,9 @@ class Reconciler:
                         self.view.forget(key)
                     # A queue within its guarantee held back by an ancestor's limit that
                     # siblings reached by borrowing reclaims from them as for devices.
-                    outcome = Unallocatable(order.failed(pods, Unallocatable(refusal)))
+                    outcome = Unallocatable(
+                        order.failed(pods, Unallocatable(refusal), lacks_room=False)
+                    )
                 elif isinstance(outcome, Unallocatable):
                     outcome = Unallocatable(order.failed(pods, outcome))
                 self._failed(pods, outcome)

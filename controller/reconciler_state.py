@@ -33,6 +33,11 @@ class ReconcilerState:
     """Pod → the view generation at which it could not be allocated; the pod is queued again
     once the generation changes. Filled by `_failed`; a pod leaves it when it is forgotten."""
 
+    idle_due: list[float] = field(default_factory=list)
+    """A heap of monotonic times at which some claim's devices will have been idle as long as
+    its queue's `idleReclaim.after`: every waiting pod is decided again then (it may evict
+    them now), and only then, not at every device condition the plugins write."""
+
     reported: dict[Key, str] = field(default_factory=dict)
     """Pod → the reason last reported in its Event and condition, so a reason that stays the same
     is reported once; the gate lift sets the condition to allocated for the pods in it. Filled by

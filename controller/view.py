@@ -45,6 +45,33 @@ log = structlog.get_logger(__name__)
 SNAPSHOT_KINDS = frozenset({"resourceslices", "deviceclasses", "nodes"})
 
 
+#: Claim metadata that changes with every write and says nothing about the claim.
+_VOLATILE_METADATA = frozenset({"resourceVersion", "managedFields", "generation"})
+
+
+def device_status_only(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether a claim write changed nothing but `status.devices` (a kubelet plugin's device
+    conditions, such as `Idle`): nothing a decision reads, so no waiting pod need be decided
+    again for it."""
+    if old is None or new is None:
+        return False
+    if old.get("spec") != new.get("spec"):
+        return False
+    old_meta = old.get("metadata") or {}
+    new_meta = new.get("metadata") or {}
+    if {k: v for k, v in old_meta.items() if k not in _VOLATILE_METADATA} != {
+        k: v for k, v in new_meta.items() if k not in _VOLATILE_METADATA
+    }:
+        return False
+    old_status = old.get("status") or {}
+    new_status = new.get("status") or {}
+    if old_status.get("devices") == new_status.get("devices"):
+        return False  # not a device status change either (nothing, or something else)
+    return {k: v for k, v in old_status.items() if k != "devices"} == {
+        k: v for k, v in new_status.items() if k != "devices"
+    }
+
+
 def allocation_of(claim: Mapping[str, Any] | None) -> Obj | None:
     if not claim:
         return None
@@ -180,6 +207,12 @@ class ClusterView:
             if event.resource == "resourceclaims":
                 self._watched(resource_version(event.obj))
             return  # a fresher read got here first (see refresh_claims)
+        if event.resource == "resourceclaims" and self.device_status_only(event):
+            # Only a plugin's device conditions: the claim is kept (reclaim reads idleness from
+            # it) but nothing the allocator or a waiting pod depends on moved.
+            store[event.key] = event.obj
+            self._watched(resource_version(event.obj))
+            return
         if event.kind == "DELETED":
             store.pop(event.key, None)
         else:
@@ -197,6 +230,12 @@ class ClusterView:
             self.generation += 1  # a new guarantee or limit can let a waiting pod in
         if event.resource == "resourceclaims":
             self._watched(resource_version(event.obj))
+
+    def device_status_only(self, event: Event) -> bool:
+        """The claim event changes only `status.devices` of the claim as the view has it."""
+        if event.resource != "resourceclaims" or event.kind == "DELETED":
+            return False
+        return device_status_only(self.claims.get(event.key), event.obj)
 
     def _watched(self, rv: int) -> None:
         if rv > self.watched_claims_rv:

@@ -25,7 +25,7 @@ from localcluster.defaults import DEFAULT_WATCH_HISTORY
 from localcluster.http import Server
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType, Validator
 from localcluster.storage import Store
-from localcluster.validation import DEFAULT_VALIDATORS
+from localcluster.validation import DEFAULT_STATUS_STRATEGIES, DEFAULT_VALIDATORS
 
 
 class ApiServer:
@@ -35,8 +35,9 @@ class ApiServer:
     (`pods`, `resourceslices.resource.k8s.io`) to a callable of the new and the old object (None
     on create) whose non-empty answer rejects the write with 422 Invalid (the defaults apply
     kube-apiserver's rules to every built-in kind the project uses, `dra_driver.validation`;
-    pass `validators={}` to drop them). `history` bounds the watch history (older start RVs get
-    410 Gone); `bookmark_interval_s` paces BOOKMARK events for watches that ask for them.
+    pass `validators={}` to drop them; status writes always get the status strategies of
+    `localcluster/validation.py`). `history` bounds the watch history (older start RVs get 410
+    Gone); `bookmark_interval_s` paces BOOKMARK events for watches that ask for them.
     """
 
     def __init__(
@@ -50,7 +51,14 @@ class ApiServer:
         bookmark_interval_s: float = 5.0,
     ) -> None:
         chosen = dict(DEFAULT_VALIDATORS if validators is None else validators)
-        types = [replace(rt, validator=chosen.get(rt.key, rt.validator)) for rt in resources]
+        types = [
+            replace(
+                rt,
+                validator=chosen.get(rt.key, rt.validator),
+                status_strategy=DEFAULT_STATUS_STRATEGIES.get(rt.key, rt.status_strategy),
+            )
+            for rt in resources
+        ]
         unknown = set(chosen) - {rt.key for rt in types}
         if unknown:
             raise ValueError(f"validators for unknown resources: {sorted(unknown)}")

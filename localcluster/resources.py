@@ -52,6 +52,10 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     validator: Validator | None = field(default=None, compare=False)
     admit: Admit | None = field(default=None, compare=False)
+    #: A write to the status subresource, as the kind's status strategy in kube-apiserver
+    #: handles it: (new object, old object) -> (the object to store, problems). Built-in kinds
+    #: without one take any status (`localcluster/validation.py` sets the defaults).
+    status_strategy: Admit | None = field(default=None, compare=False)
     defaulter: Defaulter | None = field(default=None, compare=False)
     #: Overrides of the names derived from `kind` (CRDs declare their own).
     singular: str = ""

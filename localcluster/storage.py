@@ -8,7 +8,8 @@ share them and lets readers serialise them without holding the lock.
 Kubernetes semantics kept here, because clients depend on them:
 * optimistic concurrency (409 Conflict on a stale `metadata.resourceVersion`);
 * status subresources (a create keeps only what `create_status` allows, a main-resource write
-  never changes `status`, a status write changes nothing else);
+  never changes `status`, a status write changes nothing else and passes the kind's
+  `status_strategy`, e.g. a claim's device status rules);
 * finalizers (DELETE only marks `deletionTimestamp` while any remain; removing the last one
   deletes the object);
 * owner-reference garbage collection (deleting an object deletes what it owns, by uid; deleting
@@ -389,6 +390,10 @@ class Store:
                 new["status"] = copy.deepcopy(body["status"])
             else:
                 new.pop("status", None)
+            if rt.status_strategy is not None:
+                new, causes = rt.status_strategy(new, old)
+                if causes:
+                    raise errors.invalid(rt.kind, rt.group, name, causes)
             if rt.admit is None:
                 return new
             # Custom resources: the whole object is pruned and validated again (as upstream),

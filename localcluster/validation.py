@@ -12,9 +12,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dra_driver.validation import UndecodableError, validate_object
+from dra_driver.validation import (
+    STATUS_UPDATES,
+    FieldError,
+    UndecodableError,
+    validate_object,
+    validate_status_update,
+)
 from localcluster.errors import ApiError, StatusCause
-from localcluster.resources import Validator
+from localcluster.resources import Admit, Validator
+
+
+def _bad_request(kind: str, version: str, err: UndecodableError) -> ApiError:
+    return ApiError(
+        400,
+        "BadRequest",
+        f'{kind} in version "{version}" cannot be handled as a {kind}: {err.problem}',
+        causes=[StatusCause(err.problem, err.field, "FieldValueInvalid")],
+    )
+
+
+def _causes(problems: Sequence[FieldError]) -> list[StatusCause]:
+    return [StatusCause(p.message, p.field, p.type.reason) for p in problems]
 
 
 def _validator(kind: str, version: str) -> Validator:
@@ -24,15 +43,25 @@ def _validator(kind: str, version: str) -> Validator:
         try:
             problems = validate_object(kind, obj, old)
         except UndecodableError as err:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f'{kind} in version "{version}" cannot be handled as a {kind}: {err.problem}',
-                causes=[StatusCause(err.problem, err.field, "FieldValueInvalid")],
-            ) from None
-        return [StatusCause(p.message, p.field, p.type.reason) for p in problems]
+            raise _bad_request(kind, version, err) from None
+        return _causes(problems)
 
     return validate
+
+
+def _status_strategy(kind: str, version: str) -> Admit:
+    """A status write: the shared core's status strategy (`validate_status_update`)."""
+
+    def prepare_and_validate(
+        obj: dict[str, Any], old: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], Sequence[tuple[str, str] | StatusCause]]:
+        try:
+            stored, problems = validate_status_update(kind, obj, old or {})
+        except UndecodableError as err:
+            raise _bad_request(kind, version, err) from None
+        return stored, _causes(problems)
+
+    return prepare_and_validate
 
 
 _KINDS: tuple[tuple[str, str, str], ...] = (
@@ -47,4 +76,9 @@ _KINDS: tuple[tuple[str, str, str], ...] = (
 
 DEFAULT_VALIDATORS: Mapping[str, Validator] = {
     key: _validator(kind, version) for key, kind, version in _KINDS
+}
+
+#: The built-in kinds whose status writes kube-apiserver checks beyond decoding.
+DEFAULT_STATUS_STRATEGIES: Mapping[str, Admit] = {
+    key: _status_strategy(kind, version) for key, kind, version in _KINDS if kind in STATUS_UPDATES
 }

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
 from dra_driver import __version__
-from dra_driver.cli import cdi, devices, offline, queues
+from dra_driver.cli import cdi, devices, offline, queues, usage
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -25,6 +25,7 @@ BUILTIN: dict[str, Register] = {
     "explain": offline.register_explain,
     "queues": queues.register,
     "simulate": offline.register_simulate,
+    "usage": usage.register,
 }
 
 

@@ -62,6 +62,24 @@ def list_queues(kubeconfig: str | None) -> list[dict[str, Any]]:
     return [item for item in items or [] if isinstance(item, dict)]
 
 
+def list_claims(kubeconfig: str | None) -> list[dict[str, Any]] | None:
+    """Every ResourceClaim, as the API server returns it; None when they cannot be read (no
+    permission, no server): the queues are still worth listing without them."""
+    try:
+        api = api_client(default_kubeconfig(kubeconfig))
+    except ValueError:
+        return None
+    try:
+        with api:
+            found = client.CustomObjectsApi(api).list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceclaims", _request_timeout=REQUEST_TIMEOUT_S
+            )
+    except (client.ApiException, urllib3.exceptions.HTTPError, OSError):
+        return None
+    items = found.get("items") if isinstance(found, dict) else None
+    return [item for item in items or [] if isinstance(item, dict)]
+
+
 def _detail(err: client.ApiException) -> str:
     """The Status message the API server sent, when the body is one."""
     try:

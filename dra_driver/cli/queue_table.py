@@ -7,6 +7,11 @@ reader most needs to find), so the objects are read leniently here rather than t
 and the status as the controller formatted it, so the table reads like the objects themselves;
 a refused queue shows no usage, since the controller counts its pods in the default queue.
 
+The IDLE column is not the controller's: it counts the devices whose claims' status says they
+are idle (the kubelet plugins' `Idle` condition), in the queue's namespaces and those of the
+queues below it, as the claims are now; "-" when the claims could not be read, and for a refused
+queue.
+
 Tree order is depth first from the roots, siblings by name. A queue whose parent is not listed
 counts as a root (its PARENT column still names the parent); queues caught in a cycle have no
 root, so they follow the tree, each with whatever of the cycle hangs below it.
@@ -32,6 +37,7 @@ HEADER = (
     "RECLAIM",
     "USED",
     "BORROWED",
+    "IDLE",
     "PENDING",
     "VALID",
 )
@@ -56,6 +62,9 @@ class QueueRow:
     pending: int | None
     valid: dict[str, str] | None
     """The `Valid` condition's status, reason and message; None before the controller saw it."""
+    idle: int | None = None
+    """Devices of its namespaces (and its descendants') whose claims say they are idle; None
+    when unknown."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +78,7 @@ class QueueRow:
             "reclaim": self.reclaim,
             "used": self.used,
             "borrowed": self.borrowed,
+            "idle": self.idle,
             "pending": self.pending,
             "valid": self.valid,
         }
@@ -84,6 +94,7 @@ class QueueRow:
             self.reclaim,
             _pair(self.used),
             _pair(self.borrowed),
+            "-" if self.idle is None else str(self.idle),
             "-" if self.pending is None else str(self.pending),
             (self.valid or {}).get("status", "-"),
         )
@@ -128,7 +139,7 @@ def _valid(status: Mapping[str, Any]) -> dict[str, str] | None:
     return None
 
 
-def _row(obj: Mapping[str, Any], depth: int) -> QueueRow:
+def _row(obj: Mapping[str, Any], depth: int, idle: int | None = None) -> QueueRow:
     spec = _mapping(obj.get("spec"))
     status = _mapping(obj.get("status"))
     valid = _valid(status)
@@ -151,11 +162,15 @@ def _row(obj: Mapping[str, Any], depth: int) -> QueueRow:
         borrowed=_amounts(status.get("borrowed")),
         pending=pending if isinstance(pending, int) and not isinstance(pending, bool) else None,
         valid=valid,
+        idle=None if valid is not None and valid["status"] == "False" else idle,
     )
 
 
-def tree_rows(objects: Iterable[Mapping[str, Any]]) -> list[QueueRow]:
-    """The queues depth first (see the module's docstring)."""
+def tree_rows(
+    objects: Iterable[Mapping[str, Any]], idle: Mapping[str, int] | None = None
+) -> list[QueueRow]:
+    """The queues depth first (see the module's docstring); `idle` is idle devices per
+    namespace (None: unknown)."""
     by_name = {_name(obj): obj for obj in objects}
     children: dict[str, list[str]] = {}
     roots: list[str] = []
@@ -165,6 +180,7 @@ def tree_rows(objects: Iterable[Mapping[str, Any]]) -> list[QueueRow]:
             roots.append(name)
         else:
             children.setdefault(parent, []).append(name)
+    idle_of = _idle_per_queue(by_name, children, idle)
     rows: list[QueueRow] = []
     seen: set[str] = set()
     for start in [*roots, *sorted(by_name)]:
@@ -174,9 +190,30 @@ def tree_rows(objects: Iterable[Mapping[str, Any]]) -> list[QueueRow]:
             if name in seen:
                 continue
             seen.add(name)
-            rows.append(_row(by_name[name], depth))
+            rows.append(_row(by_name[name], depth, idle_of.get(name)))
             stack.extend((kid, depth + 1) for kid in reversed(children.get(name, [])))
     return rows
+
+
+def _idle_per_queue(
+    by_name: Mapping[str, Mapping[str, Any]],
+    children: Mapping[str, list[str]],
+    idle: Mapping[str, int] | None,
+) -> dict[str, int]:
+    """Idle devices of each queue's namespaces and of its descendants' (a cycle counted once)."""
+    if idle is None:
+        return {}
+
+    def own(name: str) -> int:
+        namespaces = _mapping(by_name[name].get("spec")).get("namespaces")
+        listed = namespaces if isinstance(namespaces, list) else []
+        return sum(idle.get(str(n), 0) for n in listed)
+
+    def total(name: str, seen: frozenset[str]) -> int:
+        below = [k for k in children.get(name, []) if k not in seen]
+        return own(name) + sum(total(k, seen | {k}) for k in below)
+
+    return {name: total(name, frozenset({name})) for name in by_name}
 
 
 def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:

@@ -27,25 +27,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "List the GpuQueues, children indented under their parent: namespaces, guaranteed "
             "and limit (gpu/memory), weight, reclaim policy, and from the status the controller "
-            "writes what each uses, borrows and has pending, and whether it is valid. The "
-            "reasons for invalid queues follow the table."
+            "writes what each uses, borrows and has pending, and whether it is valid; IDLE counts "
+            "the devices whose claims' status says they are idle. The reasons for invalid "
+            "queues follow the table."
         ),
     )
-    add_flags(parser, [KUBECONFIG])
+    add_flags(parser, [KUBECONFIG, common_flags.DRIVER_NAME])
     parser.add_argument("--output", choices=("table", "json"), default="table")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: registering the command must not load the Kubernetes client.
-    from dra_driver.cli.queue_list import QueueListError, list_queues  # noqa: PLC0415
+    from dra_driver.cli.claim_idleness import held_devices, idle_by_namespace  # noqa: PLC0415
+    from dra_driver.cli.queue_list import QueueListError, list_claims, list_queues  # noqa: PLC0415
     from dra_driver.cli.queue_table import render_json, render_table, tree_rows  # noqa: PLC0415
 
     try:
-        rows = tree_rows(list_queues(args.kubeconfig))
+        queues = list_queues(args.kubeconfig)
     except QueueListError as err:
         print(f"dra-driver queues: {err}", file=sys.stderr)
         return 1
+    claims = list_claims(args.kubeconfig)
+    if claims is None:
+        print("dra-driver queues: cannot read the ResourceClaims; IDLE is unknown", file=sys.stderr)
+        idle = None
+    else:
+        idle = idle_by_namespace(held_devices(claims, args.driver_name))
+    rows = tree_rows(queues, idle)
     sys.stdout.write(render_json(rows) if args.output == "json" else render_table(rows))
     sys.stdout.flush()
     return 0

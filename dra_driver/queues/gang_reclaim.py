@@ -3,7 +3,8 @@
 A gang runs whole or not at all, so evicting for one member alone frees devices nobody can use.
 The victims are chosen member by member, as the members are placed: a member that fits on what
 is free already (or what earlier victims freed) takes no victim; otherwise `choose_victims`
-picks the fewest cheapest ones on one node for it, next to the members placed before it. The
+picks the fewest cheapest ones (idle ones first) on one node for it, next to the members
+placed before it. The
 set found is then checked the way the gang is decided (all members with those victims gone,
 and the gang's whole ask within its queue's guarantee and every limit), and pruned: each victim
 the gang fits without, costliest first, is dropped again, so every victim left is needed.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dra_driver.queues.fairness import Ledger
-from dra_driver.queues.reclaim import Fits, Running, Unit, choose_victims
+from dra_driver.queues.reclaim import Fits, Running, Unit, choose_victims, costliest_first
 from dra_driver.queues.spec import Amounts, format_gpu
 
 
@@ -142,9 +143,9 @@ def _member_by_member(units: Sequence[Unit], members: int, trial: GangTrial) -> 
 
 
 def _pruned(chosen: list[Unit], members: int, trial: GangTrial) -> list[Unit]:
-    """Drop every unit the gang fits without, costliest first."""
+    """Drop every unit the gang fits without, costliest first (busy before idle)."""
     kept = list(chosen)
-    for unit in sorted(chosen, key=lambda u: (-u.priority, u.created)):
+    for unit in sorted(chosen, key=costliest_first):
         rest = [u for u in kept if u is not unit]
         if fits_all(members, trial, _pods(rest)) is None:
             kept = rest

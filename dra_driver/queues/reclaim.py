@@ -12,12 +12,25 @@ cluster (one pod before a gang, then lowest priority, then newest); when none al
 each node's candidates are accumulated, cheapest first, until the pod fits, and those it fits
 without are dropped again. The fewest victims win, then the lowest priority, then the newest.
 If nothing works, nobody is evicted.
+
+Idle units first: a unit is idle when every device of every pod in it is idle (the `Idle`
+condition the kubelet plugins write into the claims' status, read by the caller into
+`Running.idle_since`). Idleness ranks *below* the number of victims and *above* everything
+else: of two choices the one with fewer victims still wins, even if its victim is busy and the
+other's are idle (evicting two idle pods to spare one busy pod disrupts more), and among choices
+with as many victims the one with fewer busy victims wins, then the lowest priority, then the
+newest. So a single idle pod goes before a single busy one, and a busy single pod before an
+idle gang of two. When candidates are accumulated on a node, idle units are taken first, and
+when the unneeded ones are dropped again, busy ones are dropped first. Callers without
+idleness (`dra-driver simulate`) leave `idle_since` None: every unit is busy and the order is
+exactly the one above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from dra_driver.queues.fairness import Ledger
 from dra_driver.queues.spec import ZERO, Amounts
@@ -35,6 +48,9 @@ class Running:
     created: str
     amounts: Amounts
     gang: str | None = None
+    idle_since: datetime | None = None
+    """When the last of the pod's devices went idle, if every one of them is idle now (see
+    `dra_driver.device_status.idle_since`); None when any is busy or unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +70,11 @@ class Unit:
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(n for p in self.pods for n in p.nodes)
+
+    @property
+    def idle(self) -> bool:
+        """Every device of every pod in it is idle."""
+        return all(p.idle_since is not None for p in self.pods)
 
     @property
     def amounts(self) -> Amounts:
@@ -178,8 +199,11 @@ class BorrowedUnits:
 
 
 def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:
+    """Smaller is better: fewest victims, then fewest busy victims, then lowest priority, then
+    newest (see the module's docstring)."""
     return (
         sum(len(u.pods) for u in chosen),
+        sum(len(u.pods) for u in chosen if not u.idle),
         max(u.priority for u in chosen),
         _newest_first(max(u.created for u in chosen)),
         node,
@@ -211,7 +235,7 @@ def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] 
     for node in sorted(by_node):
         if len(by_node[node]) < 2:
             continue
-        ranked = sorted(by_node[node], key=lambda u: (u.priority, _newest_first(u.created)))
+        ranked = sorted(by_node[node], key=cheapest_first)
         chosen = _several(node, ranked, fits)
         if chosen is None:
             continue
@@ -236,11 +260,22 @@ def _several(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None
 def _pruned(node: str, chosen: list[Unit], fits: Fits) -> list[Unit]:
     """Drop every unit the pod fits without, costliest first: each victim left is needed."""
     kept = list(chosen)
-    for unit in sorted(chosen, key=lambda u: (-u.priority, u.created)):
+    for unit in sorted(chosen, key=costliest_first):
         rest = [u for u in kept if u is not unit]
         if rest and fits(node, [p for u in rest for p in u.pods]):
             kept = rest
     return kept
+
+
+def cheapest_first(unit: Unit) -> tuple[object, ...]:
+    """The order candidates are taken in: idle before busy, then lowest priority, newest."""
+    return (not unit.idle, unit.priority, _newest_first(unit.created))
+
+
+def costliest_first(unit: Unit) -> tuple[object, ...]:
+    """The order victims found unneeded are dropped in: busy before idle, then highest
+    priority, oldest."""
+    return (unit.idle, -unit.priority, unit.created)
 
 
 def _newest_first(created: str) -> tuple[int, ...]:

@@ -9,7 +9,12 @@ says which upstream function it mirrors; docs/architecture.md lists them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
+from dra_driver.validation.claim_status import (
+    drop_deallocated_devices,
+    validate_claim_status_update,
+)
 from dra_driver.validation.claims import validate_claim, validate_device_class, validate_template
 from dra_driver.validation.cluster_objects import validate_queue, validate_slice
 from dra_driver.validation.decoding import Obj
@@ -32,6 +37,32 @@ CHECKS: Mapping[str, Check] = {
 }
 
 
+StatusUpdate = Callable[[Obj, Obj], tuple[dict[str, Any], list[FieldError]]]
+
+
+def _claim_status_update(claim: Obj, old: Obj) -> tuple[dict[str, Any], list[FieldError]]:
+    prepared = drop_deallocated_devices(claim, old)
+    return prepared, validate_claim_status_update(prepared, old)
+
+
+#: kind → what its status strategy does on a status write: (new object, old object) → (the
+#: object to store, problems). Kinds without an entry take any status.
+STATUS_UPDATES: Mapping[str, StatusUpdate] = {"ResourceClaim": _claim_status_update}
+
+
+def validate_status_update(
+    kind: str, obj: Obj, old: Obj
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """A write to the `status` subresource as kube-apiserver's status strategy handles it: the
+    object to store after its `PrepareForUpdate` (a claim loses the device entries of devices it
+    no longer has allocated) and the problems its `ValidateUpdate` reports (empty: accepted).
+
+    Raises `UndecodableError` where the status would not decode (answered with 400).
+    """
+    update = STATUS_UPDATES.get(kind)
+    return (dict(obj), []) if update is None else update(obj, old)
+
+
 def validate_object(kind: str, obj: Obj, old: Obj | None = None) -> list[FieldError]:
     """The problems kube-apiserver would report for `obj` (empty: it would accept it).
 
@@ -44,8 +75,10 @@ def validate_object(kind: str, obj: Obj, old: Obj | None = None) -> list[FieldEr
 
 __all__ = [
     "CHECKS",
+    "STATUS_UPDATES",
     "ErrorType",
     "FieldError",
     "UndecodableError",
     "validate_object",
+    "validate_status_update",
 ]

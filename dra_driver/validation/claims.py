@@ -37,6 +37,7 @@ FIRST_AVAILABLE_MAX = 8
 SELECTORS_MAX = 32
 CONSTRAINTS_MAX = 32
 CONFIG_MAX = 32
+ALLOCATION_RESULTS_MAX = 32
 CEL_EXPRESSION_MAX = 10 * 1024
 OPAQUE_PARAMETERS_MAX = 10 * 1024
 DRIVER_NAME_MAX = 63
@@ -285,7 +286,7 @@ def _opaque(entry: Obj, field: str) -> list[FieldError]:
     where = f"{field}.opaque"
     opaque = decoding.mapping(entry, "opaque", where)
     driver = decoding.string(opaque, "driver", f"{where}.driver")
-    errors = _name(driver, f"{where}.driver", _driver_name)
+    errors = _name(driver, f"{where}.driver", driver_name)
     parameters = opaque.get("parameters")
     if parameters is None:
         errors.append(required(f"{where}.parameters"))
@@ -300,7 +301,7 @@ def _opaque(entry: Obj, field: str) -> list[FieldError]:
     return errors
 
 
-def _driver_name(name: str) -> list[str]:
+def driver_name(name: str) -> list[str]:
     """`ValidateCSIDriverName`: a lowercase DNS subdomain of at most 63 characters."""
     problems = []
     if len(name) > DRIVER_NAME_MAX:

@@ -5,6 +5,12 @@ MIG device and process is used. A whole GPU or a MIG device belongs to one claim
 the hardware's own figures. A share (time slice or MPS) is one of several on its GPU, so it
 takes only its own pods' processes: each process's pod is read from its cgroup and matched
 against the pods the claim is reserved for.
+
+Two figures NVML leaves out can still be known for sure, and an idle device hides behind exactly
+these two: a GPU in MIG mode has no SM figure, yet with no MIG device and no process on it
+nothing can run there, so it is at 0 %; and a share's processes may have no samples (NVML keeps
+none for processes that ran no kernel), yet a share never uses more than its whole GPU, so the
+GPU's own figure bounds it.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from api.device_type import DeviceType
-from dra_driver.backends.usage import ProcessUsage, UsageSample
+from dra_driver.backends.usage import GpuUsage, MigUsage, ProcessUsage, UsageSample
 from dra_driver.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from kubeletplugin.telemetry.cgroups import NoPod
 
@@ -132,6 +138,26 @@ def _sum(values: Iterable[float | int | None]) -> float | None:
     return total
 
 
+def _own_sm(uuid: str, gpus: Mapping[str, GpuUsage], migs: Mapping[str, MigUsage]) -> float | None:
+    if uuid in migs:
+        return migs[uuid].sm_percent
+    return gpus[uuid].sm_percent if uuid in gpus else None
+
+
+def _bounded(share: float | None, whole: float | None) -> float | None:
+    """A share's figure, never above the figure of the device it shares."""
+    if whole is None:
+        return share
+    return whole if share is None else min(share, whole)
+
+
+def _runs_nothing(
+    minor: int, uuid: str, sample: UsageSample, by_uuid: Mapping[str, list[ProcessUsage]]
+) -> bool:
+    """No MIG device and no process on this GPU: nothing can be computing on it."""
+    return not by_uuid.get(uuid) and not any(m.minor == minor for m in sample.mig_devices)
+
+
 def attribute(
     sample: UsageSample,
     claims: Iterable[ClaimRecord],
@@ -184,12 +210,14 @@ def attribute(
                         continue
                     if owner in known.uids:
                         mine.append(process)
-                sm = _sum(p.sm_percent for p in mine)
+                sm = _bounded(_sum(p.sm_percent for p in mine), _own_sm(uuid, gpus, migs))
                 memory = _sum(p.memory_used_bytes for p in mine)
             elif uuid in migs:
                 sm, memory = migs[uuid].sm_percent, migs[uuid].memory_used_bytes
             elif uuid in gpus:
                 sm, memory = gpus[uuid].sm_percent, gpus[uuid].memory_used_bytes
+                if sm is None and _runs_nothing(gpus[uuid].minor, uuid, sample, by_uuid):
+                    sm = 0.0
             else:
                 skipped.append(Skipped("the device is not in the sample", label))
                 continue

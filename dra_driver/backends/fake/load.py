@@ -38,7 +38,11 @@ def apply_pod_load(
     percent: float,
 ) -> tuple[int, ...]:
     """Replace the pod's fake processes with one per UUID (GPU or MIG device of the node), each
-    using `percent` of its device's SM time and memory; return the new pids in `uuids` order."""
+    using `percent` of its device's SM time and memory; return the new pids in `uuids` order.
+
+    At 0 % the pod runs nothing on its devices and no process is started: a process that holds
+    no memory and runs no kernel is what a pod that never touches its GPU looks like, and on a
+    GPU in MIG mode NVML could not even tell such a process's use (no SM figure there)."""
     _check_percent(percent)
     if not pod_uid:
         raise ValueError("pod_uid must not be empty")
@@ -55,7 +59,7 @@ def apply_pod_load(
         replaced = [p.pid for p in state.processes if p.pod_uid == pod_uid]
         state.processes = [p for p in state.processes if p.pod_uid != pod_uid]
         started: list[ProcessRecord] = []
-        for uuid in uuids:
+        for uuid in uuids if percent > 0 else ():
             started.append(
                 ProcessRecord(
                     pid=state.allocate_pid(),

@@ -207,9 +207,15 @@ def test_claim_reserved_for_merges_by_uid_and_requests_are_atomic(
     )
     first = {"resource": "pods", "name": "p1", "uid": "u1"}
     second = {"resource": "pods", "name": "p2", "uid": "u2"}
+    # A reservation needs an allocation (as upstream's status validation requires).
+    result = {"request": "a", "driver": "gpu.example.com", "pool": "n", "device": "d0"}
+    allocation = {"devices": {"results": [result]}}
     for consumer in (first, second):
         resource.patch_namespaced_resource_claim_status(
-            "smp-claim", NS, {"status": {"reservedFor": [consumer]}}, _content_type=STRATEGIC
+            "smp-claim",
+            NS,
+            {"status": {"allocation": allocation, "reservedFor": [consumer]}},
+            _content_type=STRATEGIC,
         )
     response = resource.read_namespaced_resource_claim("smp-claim", NS, _preload_content=False)
     claim = json.loads(response.data)

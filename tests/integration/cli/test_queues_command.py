@@ -16,6 +16,7 @@ from dra_driver.cli.main import main
 from dra_driver.queues import GROUP, KIND, PLURAL, VERSION
 from localcluster import ApiServer
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType
+from tests.integration.cli.idle_claims import allocated_claim
 
 QUEUES = ResourceType(GROUP, VERSION, PLURAL, KIND, False, has_status=True)
 WITHOUT_QUEUES = [rt for rt in DEFAULT_RESOURCES if rt.key != QUEUES.key]
@@ -55,6 +56,14 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             valid=("True", "ok"),
         )
         _status(api, "lost", valid=("False", BAD_PARENT))
+        # Idle devices, as the kubelet plugins mark them in the claims' status: two in team-a's
+        # namespace (one claim busy), one in team-a-night's, one in the refused queue's.
+        api_client = api.api_client
+        allocated_claim(api_client, "a", "train", "node-1", {"gpu-0": True, "gpu-1": True})
+        allocated_claim(api_client, "a", "serve", "node-1", {"gpu-2": False, "gpu-3": None})
+        allocated_claim(api_client, "a-night", "etl", "node-2", {"gpu-0": True})
+        allocated_claim(api_client, "x", "lost", "node-2", {"gpu-1": True})
+        allocated_claim(api_client, "b1", "other", "node-2", {"d": True}, driver="other.example")
         yield path
 
 
@@ -90,15 +99,20 @@ def test_table_lists_the_tree_with_quotas_and_status(
     lines = table.splitlines()
     assert lines[0].split() == [
         "NAME", "PARENT", "NAMESPACES", "GUARANTEED", "LIMIT", "WEIGHT", "RECLAIM", "USED",
-        "BORROWED", "PENDING", "VALID",
+        "BORROWED", "IDLE", "PENDING", "VALID",
     ]  # fmt: skip
     rows = {line.split()[0]: line.split() for line in lines[1:]}
+    # team-a: its own two idle devices and team-a-night's one.
     assert rows["team-a"] == [
-        "team-a", "org", "a", "8/-", "-", "1", "Never", "9/720Gi", "1/80Gi", "2", "True",
+        "team-a", "org", "a", "8/-", "-", "1", "Never", "9/720Gi", "1/80Gi", "3", "2", "True",
     ]  # fmt: skip
+    # team-b's namespace holds only another driver's idle device.
     assert rows["team-b"] == [
-        "team-b", "org", "b1,b2", "8/-", "12/960Gi", "2", "Borrowed", "-", "-", "-", "-",
+        "team-b", "org", "b1,b2", "8/-", "12/960Gi", "2", "Borrowed", "-", "-", "0", "-", "-",
     ]  # fmt: skip
+    assert rows["org"][9] == "3"
+    assert rows["team-a-night"][9] == "1"
+    assert rows["lost"][9] == "-"  # refused: its pods count in the default queue
     assert rows["org"][3] == "16/1280Gi"
     assert rows["batch"][5] == "0.5"
     assert rows["lost"][1] == "nowhere" and rows["lost"][-1] == "False"
@@ -132,6 +146,7 @@ def test_json_gives_the_same_rows_in_tree_order(
     assert team_a["used"] == {"gpu": "9", "memory": "720Gi"}
     assert team_a["borrowed"] == {"gpu": "1", "memory": "80Gi"}
     assert team_a["pending"] == 2
+    assert team_a["idle"] == 3
     assert team_a["reclaim"] == "Never"
     assert team_a["valid"]["status"] == "True"
     assert queues[5]["limit"] == {"gpu": "12", "memory": "960Gi"}

@@ -152,8 +152,11 @@ def test_reservations_of_pods_that_are_gone_or_will_never_run_are_dropped(
         }
 
     reserved = [ref("running"), ref("finished"), ref("deleted-long-ago", "uid-gone")]
+    # Reservations need an allocation, as kube-apiserver's status validation requires.
+    result = {"request": "g", "driver": "gpu.example.com", "pool": "node-a", "device": "gpu-0"}
+    allocation = {"devices": {"results": [result]}}
     claims.status.patch(
-        body={"status": {"reservedFor": reserved}},
+        body={"status": {"allocation": allocation, "reservedFor": reserved}},
         name="shared",
         namespace="default",
         content_type="application/merge-patch+json",

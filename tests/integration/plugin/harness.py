@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import subprocess
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,16 @@ def create_node(api: client.ApiClient, name: str) -> str:
     return str(node.metadata.uid)
 
 
+#: Namespace of the share ids `result` makes from a test's short label.
+_SHARES = uuid.UUID("5d0c1f6e-8a3b-4f27-9c1e-2b7a4d9e0f13")
+
+
+def share_uuid(label: str) -> str:
+    """The share id `result` writes for a test's label ("a1"): kube-apiserver only accepts a
+    lowercase RFC 4122 UUID in `shareID`, so the label is turned into one, the same every time."""
+    return str(uuid.uuid5(_SHARES, label))
+
+
 def result(
     request: str,
     device: str,
@@ -57,7 +68,7 @@ def result(
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
     if share_id:
-        entry["shareID"] = share_id
+        entry["shareID"] = share_uuid(share_id)
     if consumed:
         entry["consumedCapacity"] = dict(consumed)
     if admin:

@@ -26,6 +26,7 @@ from tests.integration.plugin.harness import (
     opaque,
     result,
     running_plugin,
+    share_uuid,
     short_dir,
 )
 
@@ -197,7 +198,7 @@ async def test_fractional_share_gets_mps_limits_from_consumed_capacity(
         answer = await dra.prepare([ref(api, name, uid), ref(api, other_name, other_uid)])
         assert answer[uid].error == "" and answer[other_uid].error == ""
         device = answer[uid].devices[0]
-        assert device.share_id == ("a1" if version == DRA_V1 else None)
+        assert device.share_id == (share_uuid("a1") if version == DRA_V1 else None)
         env = environment(plugin, list(device.cdi_device_ids))
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"

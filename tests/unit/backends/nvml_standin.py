@@ -149,6 +149,9 @@ class Gpu:
     utilization_supported: bool = True
     processes: list[Process] = field(default_factory=list)
     process_samples: list[tuple[int, int, int]] = field(default_factory=list)
+    # Processes that keep running kernels (pid -> SM percent): the driver keeps sampling them,
+    # so every call finds a sample of each newer than the one before.
+    busy_processes: dict[int, int] = field(default_factory=dict)
     process_utilization_supported: bool = True
     gpm_sm_percent: dict[int, float] = field(default_factory=dict)
 
@@ -940,6 +943,9 @@ class StandInNvml:
         self._check(
             name, target.process_utilization_supported and not target.mig_enabled, NOT_SUPPORTED
         )
+        for pid, sm in target.busy_processes.items():
+            latest = max((s[1] for s in target.process_samples), default=timeStamp)
+            target.process_samples.append((pid, max(latest, timeStamp) + 1, sm))
         newer = [s for s in target.process_samples if s[1] > timeStamp]
         # What the real library answers when nothing was sampled since `timeStamp`.
         self._check(name, bool(newer), NOT_FOUND)

@@ -243,3 +243,18 @@ def test_state_file_without_processes_loads(
     assert pid == FIRST_FAKE_PID
     (mig,) = [m for m in backend.usage().mig_devices if m.uuid == device.uuid]
     assert mig.memory_used_bytes == H100.mig_profiles[0].memory_mib * MIB
+
+
+def test_a_pod_at_zero_percent_runs_nothing(
+    make_backend: MakeBackend, spec: str, state_dir: Path, proc_root: Path
+) -> None:
+    backend = make_backend(spec, state_dir=state_dir)
+    whole = backend.gpus[0].uuid
+    apply_pod_load(state_dir, NODE, proc_root, POD_A, [whole], 20)
+
+    assert apply_pod_load(state_dir, NODE, proc_root, POD_A, [whole], 0) == ()
+
+    assert backend.usage().processes == ()
+    assert list(proc_root.iterdir()) == []  # the earlier process is gone with its /proc entry
+    with pytest.raises(NotFoundError, match="MIG-nope"):  # still checked at 0 %
+        apply_pod_load(state_dir, NODE, proc_root, POD_A, ["MIG-nope"], 0)

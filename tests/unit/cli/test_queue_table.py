@@ -60,7 +60,7 @@ def test_malformed_fields_show_as_missing_and_defaults_as_the_controller_reads_t
         "status": {"pending": "many", "conditions": ["bad", {"type": "Other", "status": "True"}]},
     }
     (row,) = tree_rows([obj])
-    assert row.cells() == ("odd", "-", "-", "-", "-/1Ti", "1", "Borrowed", "-", "-", "-", "-")
+    assert row.cells() == ("odd", "-", "-", "-", "-/1Ti", "1", "Borrowed", "-", "-", "-", "-", "-")
 
 
 def test_refused_queues_are_explained_below_the_table_in_tree_order() -> None:
@@ -90,5 +90,28 @@ def test_a_refused_queue_shows_no_usage_left_from_when_it_was_served() -> None:
         "conditions": [{"type": "Valid", "status": "False", "message": "now refused"}],
     }
     (row,) = tree_rows([obj])
-    assert row.cells()[3:] == ("2/-", "-", "1", "Borrowed", "-", "-", "-", "False")
+    assert row.cells()[3:] == ("2/-", "-", "1", "Borrowed", "-", "-", "-", "-", "False")
     assert (row.used, row.borrowed, row.pending) == ({}, {}, None)
+
+
+def test_idle_devices_count_for_a_queue_and_every_queue_above_it() -> None:
+    objects = [
+        _queue("org"),
+        _queue("team", "org", namespaces=["t1", "t2"]),
+        _queue("night", "team", namespaces=["n"]),
+        _queue("other", namespaces=["o"]),
+    ]
+    rows = {r.name: r for r in tree_rows(objects, {"t1": 1, "t2": 2, "n": 4, "stray": 8})}
+    assert {name: row.idle for name, row in rows.items()} == {
+        "org": 7,
+        "team": 7,
+        "night": 4,
+        "other": 0,
+    }
+    assert rows["team"].cells()[9] == "7"
+    assert all(r.idle is None for r in tree_rows(objects))  # claims unread: unknown
+
+
+def test_idle_devices_in_a_cycle_are_counted_once() -> None:
+    rows = tree_rows([_queue("a", "b", namespaces=["x"]), _queue("b", "a")], {"x": 1})
+    assert {r.name: r.idle for r in rows} == {"a": 1, "b": 1}

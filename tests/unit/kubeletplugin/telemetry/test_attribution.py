@@ -66,11 +66,29 @@ def test_a_whole_gpu_takes_the_gpus_figures() -> None:
     )
 
 
-def test_an_unknown_gpu_figure_stays_unknown() -> None:
+def test_an_unknown_gpu_figure_stays_unknown_while_a_process_runs_there() -> None:
     claim = _claim("c1", _device("gpu-0", DeviceType.GPU))
-    sample = UsageSample(gpus=_gpus(sm0=None))
-    [device] = attribute(sample, [claim], {}, _pods({})).devices
+    sample = UsageSample(gpus=_gpus(sm0=None), processes=(ProcessUsage(10, GPU0, None, GIB),))
+    [device] = attribute(sample, [claim], {}, _pods({10: "pod-a"})).devices
     assert device.sm_percent is None
+
+
+def test_a_gpu_in_mig_mode_with_nothing_on_it_is_at_zero() -> None:
+    # NVML gives a GPU in MIG mode no SM figure, but without a MIG device or a process nothing
+    # can compute there: the held GPU is unused, not unknown.
+    claim = _claim("c1", _device("gpu-0", DeviceType.GPU))
+    [device] = attribute(UsageSample(gpus=_gpus(sm0=None)), [claim], {}, _pods({})).devices
+    assert (device.sm_percent, device.memory_used_bytes) == (0.0, 3 * GIB)
+    with_mig = UsageSample(
+        gpus=_gpus(sm0=None), mig_devices=(MigUsage(0, MIG, 9, None, GIB, 10 * GIB),)
+    )
+    [device] = attribute(with_mig, [claim], {}, _pods({})).devices
+    assert device.sm_percent is None
+    on_the_other_gpu = UsageSample(
+        gpus=_gpus(sm0=None), mig_devices=(MigUsage(1, MIG, 9, None, GIB, 10 * GIB),)
+    )
+    [device] = attribute(on_the_other_gpu, [claim], {}, _pods({})).devices
+    assert device.sm_percent == 0.0
 
 
 def test_an_on_demand_mig_device_takes_its_mig_devices_figures() -> None:
@@ -164,13 +182,30 @@ def test_a_process_without_an_sm_figure_makes_the_share_unknown() -> None:
     claim = _claim("c1", _device("gpu-0-ts-0", DeviceType.TIMESLICE))
     pods = {"c1": ClaimPods(("a",), frozenset({"pod-a"}))}
     sample = UsageSample(
-        gpus=_gpus(),
+        gpus=_gpus(sm0=None),
         processes=(ProcessUsage(10, GPU0, 20.0, GIB), ProcessUsage(11, GPU0, None, GIB)),
     )
     owners: dict[int, str | NoPod] = {10: "pod-a", 11: "pod-a"}
     [device] = attribute(sample, [claim], pods, _pods(owners)).devices
     assert device.sm_percent is None
     assert device.memory_used_bytes == 2 * GIB
+
+
+def test_a_share_is_never_above_its_gpu() -> None:
+    # NVML keeps no samples for a process that ran no kernel; the GPU's own figure still
+    # bounds every share of it, so an idle GPU's shares are idle too.
+    claim = _claim("c1", _device("gpu-1-ts-0", DeviceType.TIMESLICE, minor=1))
+    pods = {"c1": ClaimPods(("a",), frozenset({"pod-a"}))}
+    owners: dict[int, str | NoPod] = {10: "pod-a", 11: "pod-a"}
+    no_samples = UsageSample(gpus=_gpus(sm1=0.0), processes=(ProcessUsage(10, GPU1, None, GIB),))
+    [device] = attribute(no_samples, [claim], pods, _pods(owners)).devices
+    assert device.sm_percent == 0.0
+    over = UsageSample(
+        gpus=_gpus(sm1=30.0),
+        processes=(ProcessUsage(10, GPU1, 25.0, GIB), ProcessUsage(11, GPU1, 20.0, GIB)),
+    )
+    [device] = attribute(over, [claim], pods, _pods(owners)).devices
+    assert device.sm_percent == 30.0
 
 
 def test_an_mps_share_on_a_mig_device_counts_the_mig_devices_processes() -> None:

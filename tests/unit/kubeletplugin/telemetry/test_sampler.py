@@ -223,6 +223,8 @@ async def test_an_unknown_figure_has_no_utilisation_series_and_never_goes_idle(
 ) -> None:
     rig = Rig(tmp_path)
     rig.sm = None
+    # A process runs there (no SM figure for it either): the GPU's use cannot be told.
+    rig.processes = (ProcessUsage(99, GPU0, None, 1 << 30),)
     rig.claims.add("claim-1", "u1", {"web-0": "p0"}, ["gpu-0"])
     rig.checkpoint = rig.checkpoint.with_claim(_record("u1", "claim-1"))
     for _ in range(10):
@@ -254,6 +256,7 @@ async def test_a_process_of_an_unlisted_pod_rereads_the_claim_at_most_once_a_min
     tmp_path: Path,
 ) -> None:
     rig = Rig(tmp_path)
+    rig.sm = 90.0  # the GPU as a whole: above what the share is credited with
     rig.claims.add("claim-1", "u1", {"web-0": "11111111-1111-1111-1111-111111111111"}, ["gpu-0"])
     rig.checkpoint = rig.checkpoint.with_claim(
         _record("u1", "claim-1", "gpu-0-ts-0", DeviceType.TIMESLICE)

@@ -1,0 +1,135 @@
+"""The plugin's telemetry on the NVML backend, without a GPU: the real `NvmlBackend` over the
+`pynvml` stand-in, answering the usage calls as the binding does.
+
+Two MPS shares of one GPU are held by two pods; NVML names the processes on the GPU by pid
+only, and the plugin tells the shares apart by reading each pid's cgroup under its proc root.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver.backends.fake import mps_control as fake_mps_control
+from dra_driver.backends.nvml import NvmlBackend
+from dra_driver.kubeletapi.client import DraClient
+from dra_driver.kubeletapi.types import ClaimRef
+from localcluster.apiserver import ApiServer
+from tests.integration.plugin.harness import (
+    MERGE,
+    create_claim,
+    create_node,
+    result,
+    running_plugin,
+    short_dir,
+)
+from tests.support import fake_driver_root, polling
+from tests.unit.backends.nvml_standin import Process, StandInNvml, make_sysfs
+
+NODE = "nvml-telemetry"
+PLAIN_GPU = 1  # the stand-in's L40S: no MIG, per-process utilisation supported
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes(api: client.ApiClient) -> None:
+    create_node(api, NODE)
+
+
+def _mps_tool(root: Path) -> Path:
+    """The fake control tool behind a path, as the driver's own binary would be."""
+    tool = root / "nvidia-cuda-mps-control"
+    tool.write_text(f'#!/bin/sh\nexec {sys.executable} -S {fake_mps_control.__file__} "$@"\n')
+    tool.chmod(0o755)
+    return tool
+
+
+def _share_for(api: client.ApiClient, label: str, pod: str, pod_uid: str) -> ClaimRef:
+    consumed = {"compute": "50", "memory": "8Gi"}
+    entry = result("s", f"gpu-{PLAIN_GPU}-shared", NODE, share_id=label, consumed=consumed)
+    name, uid = create_claim(api, [entry])
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "resource.k8s.io",
+        "v1",
+        "default",
+        "resourceclaims",
+        name,
+        {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}},
+        _content_type=MERGE,
+    )
+    return ClaimRef("default", uid, name)
+
+
+def _in_pod(proc_root: Path, pid: int, pod_uid: str) -> None:
+    """A container process's cgroup as a cgroupfs-driven kubelet lays it out."""
+    (proc_root / str(pid)).mkdir(parents=True)
+    (proc_root / str(pid) / "cgroup").write_text(
+        f"12:memory:/kubepods/burstable/pod{pod_uid}/{'c' * 64}\n"
+        f"0::/kubepods/burstable/pod{pod_uid}/{'c' * 64}\n"
+    )
+
+
+async def test_two_mps_shares_of_one_gpu_are_told_apart_by_their_pods(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    with short_dir() as root:
+        machine = StandInNvml()
+        driver = fake_driver_root.build(root / "driver", version=machine.driver_version, gpus=3)
+        machine.proc_root = root / "proc"
+        machine.dev_root = driver.dev
+        backend = NvmlBackend(NODE, nvml=machine, sysfs_root=make_sysfs(root / "sys", machine, {}))
+        async with running_plugin(
+            server,
+            root,
+            NODE,
+            fake_gpus=None,
+            nvml=True,
+            driver_root=driver.root,
+            dev_root=driver.dev,
+            proc_root=machine.proc_root,
+            mps_control=_mps_tool(root),
+            backend=backend,
+            telemetry_interval_s=0.05,
+        ) as plugin:
+            trainer, server_pod = str(uuid.uuid4()), str(uuid.uuid4())
+            first = _share_for(api, "first", "trainer-0", trainer)
+            second = _share_for(api, "second", "server-0", server_pod)
+            async with DraClient(plugin.dra_socket) as dra:
+                answer = await dra.prepare([first, second])
+            assert [answer[r.uid].error for r in (first, second)] == ["", ""]
+
+            gpu = machine.gpu(PLAIN_GPU)
+            _in_pod(machine.proc_root, 4101, trainer)
+            _in_pod(machine.proc_root, 4102, server_pod)
+            gpu.processes = [Process(4101, 2 * GIB), Process(4102, 6 * GIB)]
+            gpu.busy_processes = {4101: 20, 4102: 55}
+            gpu.sm_percent = 75
+
+            registry = plugin.daemon.metrics.registry
+
+            def figures(ref: ClaimRef, pod: str) -> tuple[float | None, float | None]:
+                labels = {
+                    "node": NODE,
+                    "gpu_uuid": gpu.uuid,
+                    "device": f"gpu-{PLAIN_GPU}-shared",
+                    "claim_namespace": "default",
+                    "claim_name": ref.name,
+                    "pods": pod,
+                }
+                return (
+                    registry.get_sample_value("dra_device_utilization_percent", labels),
+                    registry.get_sample_value("dra_device_memory_used_bytes", labels),
+                )
+
+            await polling.eventually(
+                lambda: (
+                    figures(first, "trainer-0") == (20.0, 2 * GIB)
+                    and figures(second, "server-0") == (55.0, 6 * GIB)
+                ),
+                "each share credited with its own pod's process",
+            )
+            assert machine.called("nvmlDeviceGetProcessUtilization")
