@@ -105,6 +105,7 @@ async def run_demo(
         gpus=gpus,
         watch_history=watch_history,
         idle_after=DEMO_IDLE_AFTER_S if idle_after is None else idle_after,
+        plugin_metrics=usage,
     ) as cluster:
         print(f"local cluster: {nodes} node(s) x {gpus}, API server {cluster.server.url}", file=out)
         await cluster.wait_registered()

@@ -15,6 +15,7 @@ behaves) and prints what it saw.
 from __future__ import annotations
 
 import asyncio
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.cli.claim_idleness import held_devices
+from dra_driver.cli.queue_list import list_claims
+from dra_driver.cli.usage import render_table, usage_rows
+from dra_driver.cli.usage_metrics import scrape
 from dra_driver.device_status import IDLE, allocated_devices, idleness, parse_time
 from dra_driver.deviceclasses import class_name
 from dra_driver.pod_claims import claim_names
@@ -243,6 +248,9 @@ async def check_usage(pods: UsagePods, out: TextIO, timeout_s: float = 60.0) -> 
         report = reports.get(name)
         text = report.line(now) if report else f"{NAMESPACE}/{name}  no allocated claim"
         print(f"  {text}   (fake utilization {percent} %)", file=out)
+    table = await asyncio.to_thread(usage_table, pods.cluster)
+    print("  dra-driver usage --metrics <each plugin's endpoint>:", file=out)
+    print(textwrap.indent(table.rstrip("\n"), "    "), file=out)
     problems = []
     if not reported:
         problems.append(
@@ -260,6 +268,21 @@ async def remove_usage(pods: UsagePods, timeout_s: float = 30.0) -> list[str]:
     if not await _until(pods.gone, timeout_s):
         return ["usage: the busy and idle pods or their claims were not gone 30 s after deletion"]
     return []
+
+
+def usage_table(cluster: LocalCluster) -> str:
+    """What `dra-driver usage --metrics URL...` prints for the scenario's namespace: the claims'
+    Idle conditions and, from every plugin that serves metrics, utilisation and memory."""
+    claims = list_claims(str(cluster.kubeconfig)) or []
+    ours = [c for c in claims if c["metadata"].get("namespace") == NAMESPACE]
+    urls = [
+        f"http://127.0.0.1:{n.metrics_port}/metrics"
+        for n in cluster.nodes
+        if n.metrics_port is not None
+    ]
+    figures = scrape(urls).figures if urls else None
+    rows = usage_rows(held_devices(ours, cluster.driver_name), figures, datetime.now(UTC))
+    return render_table(rows, with_metrics=figures is not None)
 
 
 def gpus_without_mig(cluster: LocalCluster) -> list[str]:
