@@ -101,6 +101,7 @@ def test_every_panel_queries_metrics_and_labels_the_code_registers() -> None:
     for metric in ("dra_device_utilization_percent", "dra_device_memory_used_bytes"):
         assert metric in used
     assert "dra_device_idle_seconds" in used
+    assert "dra_controller_queue_idle_gpus" in used
 
 
 @pytest.mark.parametrize("field", ["uid", "title", "schemaVersion"])
