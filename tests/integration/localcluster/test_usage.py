@@ -9,7 +9,9 @@ GPU is never called idle (docs/telemetry.md).
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from dra_driver.device_status import allocated_devices, idleness
 from dra_driver.deviceclasses import class_name, device_classes
 from dra_driver.pod_claims import claim_names
 from localcluster.cluster import LocalCluster, LocalNode
+from localcluster.queue_scenario import _Teams
 from localcluster.roles.node_agent import (
     FAKE_UTILIZATION_ANNOTATION,
     INVALID_FAKE_UTILIZATION,
@@ -227,3 +230,81 @@ def test_anything_else_is_refused_naming_the_pod_annotation_and_value(value: str
 
 def test_without_the_annotation_there_is_no_load() -> None:
     assert fake_utilization(_pod("p", None)) is None
+
+
+def _queue_pod(teams: _Teams, team: str, name: str, percent: str) -> None:
+    """A gated one-GPU pod of the team's queue, as `_Teams.create_pods` makes them, with load."""
+    teams.core.create_namespaced_pod(
+        f"q{team}",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": f"q{team}",
+                "annotations": {FAKE_UTILIZATION_ANNOTATION: percent},
+            },
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                "schedulingGates": [{"name": teams.gate}],
+            },
+        },
+    )
+
+
+def _queue_claim_idle(teams: _Teams, team: str, pod_name: str) -> bool | None:
+    pod = teams.core.read_namespaced_pod(pod_name, f"q{team}")
+    statuses = pod.status.resource_claim_statuses or []
+    if not statuses or not statuses[0].resource_claim_name:
+        return None
+    claim = teams.objects.get_namespaced_custom_object(
+        "resource.k8s.io", "v1", f"q{team}", "resourceclaims", statuses[0].resource_claim_name
+    )
+    states = [s.idle for s in idleness(claim).values()]
+    return states[0] if states else None
+
+
+def _names(teams: _Teams, team: str) -> set[str]:
+    return {p.metadata.name for p in teams.pods(team)}
+
+
+async def test_reclaim_evicts_the_idle_borrowed_pod_before_the_busy_newer_one(
+    tmp_path: Path,
+) -> None:
+    """Queues a and b are each guaranteed 2 of the node's 4 GPUs. a runs 4 pods: a-0 and a-1
+    (busy, oldest: within its guarantee), then a-2 (idle) and a-3 (busy, newest): borrowed. b's
+    one pod needs a GPU back; without idleness reclaim would take the newest borrowed pod, a-3;
+    idle-first it takes a-2."""
+    spec = tmp_path / "gpus.yaml"
+    spec.write_text(
+        yaml.safe_dump({"gpus": [{"profile": "H100-SXM5-80GB", "count": 4, "migEnabled": False}]})
+    )
+    async with LocalCluster(nodes=1, gpus=str(spec), idle_after=2) as cluster:
+        await cluster.wait_registered()
+        cluster.apply(device_classes(DRIVER))
+        teams = _Teams(cluster)
+        await asyncio.to_thread(teams.setup, 2)
+        for name in ("a-0", "a-1"):
+            await asyncio.to_thread(_queue_pod, teams, "a", name, "80")
+        await eventually(lambda: teams.running("a") == 2, "a-0 and a-1 running", in_thread=True)
+        # Creation times have whole seconds: a-2 must be younger than a-1 to be borrowed.
+        first = max(p.metadata.creation_timestamp for p in teams.pods("a"))
+        await eventually(lambda: datetime.now(UTC) >= first + timedelta(seconds=1), "a new second")
+        await asyncio.to_thread(_queue_pod, teams, "a", "a-2", "0")
+        await eventually(
+            lambda: _queue_claim_idle(teams, "a", "a-2") is True,
+            "Idle=True on a-2's device",
+            timeout=IDLE_WITHIN_S,
+            in_thread=True,
+        )
+        await asyncio.to_thread(_queue_pod, teams, "a", "a-3", "80")
+        await eventually(lambda: teams.running("a") == 4, "all of a's pods running", in_thread=True)
+        assert _queue_claim_idle(teams, "a", "a-3") is not True
+
+        await asyncio.to_thread(teams.create_pods, "b", range(1))
+        await eventually(lambda: teams.running("b") == 1, "b's pod running", in_thread=True)
+        assert await asyncio.to_thread(_names, teams, "a") == {"a-0", "a-1", "a-3"}
+        assert await asyncio.to_thread(teams.reclaimed) == 1
