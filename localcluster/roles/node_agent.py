@@ -24,8 +24,8 @@ What kubelet does and this agent mirrors:
 
 Fake load (tests and demos only, nodes with fake GPUs): a pod annotated
 ``gpu.dra-driver.dev/fake-utilization: "<0..100>"`` "runs" one fake process per device it got
-from the driver, using that percent of the device, from the moment it starts until its claims
-are released (:mod:`dra_driver.backends.fake.load`), so the plugin's telemetry measures
+from the driver, using that percent of the device (none at 0), from the moment it starts until
+its claims are released (:mod:`dra_driver.backends.fake.load`), so the plugin's telemetry measures
 something. A value that is not such a number is a configuration error of the pod, refused as
 kubelet refuses one: a Warning Event on the pod, and the pod does not start until it is fixed.
 
@@ -335,7 +335,8 @@ class NodeAgent:
 
         A device's UUID (the GPU's, or the MIG device's) is what its CDI spec tells the
         container (``DRA_DEVICE_<NAME>``); time-slice and MPS shares name their GPU's UUID.
-        Replaces the pod's earlier processes, so a repeated start is harmless.
+        At 0 percent there is none. Replaces the pod's earlier processes, so a repeated start
+        is harmless.
         """
         assert self.fake_load is not None
         uuids: list[str] = []
@@ -348,6 +349,14 @@ class NodeAgent:
             uuids.append(found)
         record.loaded = True  # from here on, release must end whatever may have started
         load = self.fake_load
+        if percent == 0:
+            # A pod that never touches its GPU has no process there (docs/telemetry.md); one
+            # from an earlier start with another value ends.
+            await asyncio.to_thread(
+                clear_pod_load, load.state_dir, self.node_name, load.proc_root, record.uid
+            )
+            log.info("no fake load: 0 percent", pod=record.key, uuids=uuids)
+            return
         pids = await asyncio.to_thread(
             apply_pod_load,
             load.state_dir,

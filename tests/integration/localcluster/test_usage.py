@@ -141,6 +141,12 @@ async def test_the_idle_pods_device_is_reported_idle_and_the_busy_ones_not(
             await eventually(
                 lambda n=name: _running(cluster, n), f"pod {name} running", in_thread=True
             )
+        # One fake process for the busy pod's GPU; none for the pod at 0 % or without load.
+        percents = []
+        for node in cluster.nodes:
+            with FileStateStore(node.fake_state_dir, node.name).transaction() as state:
+                percents += [p.sm_percent for p in state.processes]
+        assert percents == [80.0]
         # Idle after its window, within the bound; never the busy one.
         await eventually(
             lambda: _idle(cluster, "idle") is True,
