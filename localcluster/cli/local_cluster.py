@@ -54,13 +54,18 @@ async def _serve(args: argparse.Namespace) -> int:
         gpus=args.gpus or DEFAULT_GPUS,
         watch_history=args.watch_history,
         idle_after=args.idle_after,
+        plugin_metrics=True,
     ) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
         print(f"API server: {cluster.server.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
         for node in cluster.nodes:
-            print(f"{node.name}: plugin log {node.log_path}", flush=True)
+            print(
+                f"{node.name}: plugin log {node.log_path}, "
+                f"metrics http://127.0.0.1:{node.metrics_port}/metrics",
+                flush=True,
+            )
         print("Press Ctrl-C to stop.", file=sys.stderr, flush=True)
         await stop.wait()
     return 0

@@ -21,6 +21,7 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.state import FileStateStore
+from dra_driver.cli.main import build_parser
 from dra_driver.device_status import allocated_devices, idleness
 from dra_driver.deviceclasses import class_name, device_classes
 from dra_driver.pod_claims import claim_names
@@ -314,3 +315,16 @@ async def test_reclaim_evicts_the_idle_borrowed_pod_before_the_busy_newer_one(
         await eventually(lambda: teams.running("b") == 1, "b's pod running", in_thread=True)
         assert await asyncio.to_thread(_names, teams, "a") == {"a-0", "a-1", "a-3"}
         assert await asyncio.to_thread(teams.reclaimed) == 1
+
+
+def test_idle_after_on_the_command_line_is_seconds_and_not_negative(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert build_parser().parse_args(["local-cluster", "--idle-after", "10"]).idle_after == 10.0
+    assert build_parser().parse_args(["local-cluster"]).idle_after is None
+    for bad, said in (("-1", "finite number of seconds >= 0"), ("soon", "number of seconds")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["local-cluster", "--idle-after", bad])
+        assert said in capsys.readouterr().err
+    with pytest.raises(ValueError, match="idle_after must be at least 0 seconds, got -1"):
+        LocalCluster(idle_after=-1)
