@@ -53,6 +53,8 @@ class ViewGangTrial:
     queue: str
     driver_name: str
     pods: Sequence[Obj]
+    within_guarantee: bool = True
+    """False when the victims are idle pods lent under `idleReclaim` (see `gang_admissible`)."""
     _members: list[_Member] = field(default_factory=list)
     _released: dict[Key, Obj] = field(default_factory=dict)
     """Victims' claims whose allocations are out of the usage now → those allocations."""
@@ -115,7 +117,9 @@ class ViewGangTrial:
         state.placed = None
 
     def admissible(self, freed: Sequence[Running]) -> str | None:
-        return gang_admissible(self.ledger, self.queue, self.asks(), freed)
+        return gang_admissible(
+            self.ledger, self.queue, self.asks(), freed, within_guarantee=self.within_guarantee
+        )
 
     def lacking(self, member: int) -> str:
         return self._members[member].why

@@ -64,7 +64,7 @@ from dra_driver.queues import (
     capacity,
     choose_victims,
 )
-from dra_driver.queues.gang_reclaim import choose_gang_victims
+from dra_driver.queues.gang_reclaim import GangVictims, choose_gang_victims
 from dra_driver.queues.reclaim import BorrowedUnits
 from dra_driver.queues.spec import format_duration, format_gpu, pod_priority
 
@@ -468,8 +468,10 @@ class QueuePass:
         self.ledger.waiting.add(queue)
         pod = pods[0]
         spec = self.ledger.tree.queues[queue]
-        idle_allowed = lacks_room and len(pods) == 1 and spec.reclaim == RECLAIM_BORROWED
+        idle_allowed = lacks_room and spec.reclaim == RECLAIM_BORROWED
         if not self.ledger.short_of_guarantee(queue):
+            if idle_allowed and len(pods) > 1:
+                return self._gang_failed(pods, queue, outcome, f"queue {queue}", borrowed=False)
             if idle_allowed:
                 hold = self.keeper.holds.get(key_of(pod))
                 if hold is not None:
@@ -486,7 +488,7 @@ class QueuePass:
                 "waiting for devices to be freed"
             )
         if len(pods) > 1:
-            return self._gang_failed(pods, queue, outcome, standing)
+            return self._gang_failed(pods, queue, outcome, standing, idle_allowed=idle_allowed)
         hold = self.keeper.holds.get(key_of(pod))
         if hold is not None:  # reclaimed already: wait for what it frees, until the hold ends
             return _waiting_for(standing, hold)
@@ -614,9 +616,18 @@ class QueuePass:
         return self._borrowed_units.units(queue, self.keeper.evicting)
 
     def _gang_failed(
-        self, pods: Sequence[Obj], queue: str, outcome: Unallocatable, standing: str
+        self,
+        pods: Sequence[Obj],
+        queue: str,
+        outcome: Unallocatable,
+        standing: str,
+        *,
+        borrowed: bool = True,
+        idle_allowed: bool = True,
     ) -> str:
-        """Reclaim for a waiting gang (see the module docstring), or why the gang waits."""
+        """Reclaim for a waiting gang (see the module docstring), or why the gang waits:
+        borrowed capacity first (only while the gang's queue is short of its guarantee,
+        `borrowed`), then pods that queues with `idleReclaim` lend for being idle long enough."""
         gang = _gang_name(pods[0], self.keeper.settings)
         holds = [h for p in pods if (h := self.keeper.holds.get(key_of(p))) is not None]
         if holds:
@@ -626,12 +637,21 @@ class QueuePass:
                 f"gang {gang}: {standing}: waiting for the devices of {len(evicted)} evicted "
                 f"pod(s) on node(s) {held_on}"
             )
-        trial = ViewGangTrial(
-            self.keeper.view, self.ledger, queue, self.keeper.settings.driver_name, pods
-        )
-        choice = choose_gang_victims(self._borrowed(queue), len(pods), trial)
+        view, driver = self.keeper.view, self.keeper.settings.driver_name
+        choice: GangVictims | str = "its queue is not short of its guarantee"
+        if borrowed:
+            trial = ViewGangTrial(view, self.ledger, queue, driver, pods)
+            choice = choose_gang_victims(self._borrowed(queue), len(pods), trial)
+        idle = False
+        if isinstance(choice, str) and idle_allowed and (units := self._idle_units(queue)):
+            idle_trial = ViewGangTrial(view, self.ledger, queue, driver, pods, False)
+            lent = choose_gang_victims(units, len(pods), idle_trial)
+            if not isinstance(lent, str):
+                choice, trial, idle = lent, idle_trial, True
         if isinstance(choice, str):
             why = self._explained(pods, outcome)
+            if not borrowed:
+                return why
             return (
                 f"{why}; {standing} but evicting pods on borrowed capacity would not make room "
                 f"for the whole gang {gang} ({choice}): nothing is evicted"
@@ -676,12 +696,21 @@ class QueuePass:
                 gang=gang,
                 holders=tuple(keys),
                 idle_for=self._idle_for(victims),
+                idle_reclaim=idle,
             )
         )
-        names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
+        if idle:
+            names = ", ".join(
+                f"{v.key[0]}/{v.key[1]} (queue {v.queue}, idle for {self._idle_text(v)})"
+                for v in victims
+            )
+            what = f"evicting idle {names}"
+        else:
+            names = ", ".join(f"{v.key[0]}/{v.key[1]}" for v in victims)
+            what = f"evicting {names} (borrowed capacity)"
         return (
-            f"gang {gang}: {standing}: evicting {names} (borrowed capacity) to make room for "
-            f"its {len(pods)} members on node(s) {where}"
+            f"gang {gang}: {standing}: {what} to make room for its {len(pods)} members on "
+            f"node(s) {where}"
         )
 
     def _victims(

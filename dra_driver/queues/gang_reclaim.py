@@ -67,15 +67,21 @@ class GangVictims:
 
 
 def gang_admissible(
-    ledger: Ledger, queue: str, asks: Amounts, freed: Sequence[Running]
+    ledger: Ledger,
+    queue: str,
+    asks: Amounts,
+    freed: Sequence[Running],
+    within_guarantee: bool = True,
 ) -> str | None:
     """Why queue `queue` may not take a gang asking `asks` once `freed` are gone (None: it may).
 
-    Reclaim only ever gives a queue back its guarantee, so a gang that would pass it is refused
-    before the queue limits are asked; the ledger is put back as it was either way. The
-    controller's trial and `simulate`'s replay both ask this, so they refuse alike."""
+    Reclaim of borrowed capacity only ever gives a queue back its guarantee, so a gang that
+    would pass it is refused before the queue limits are asked; pods evicted because their
+    queue lends what sits idle (`idleReclaim`) owe the taker no guarantee, so that check is
+    skipped for them (`within_guarantee` False). The ledger is put back as it was either way.
+    The controller's trial and `simulate`'s replay both ask this, so they refuse alike."""
     spec = ledger.tree.queues[queue]
-    if not spec.guaranteed.covers(ledger.used(queue) + asks):
+    if within_guarantee and not spec.guaranteed.covers(ledger.used(queue) + asks):
         return (
             f"the gang asks {format_gpu(asks.gpu)} GPUs, more than queue {queue}'s "
             "guarantee leaves it"

@@ -15,15 +15,14 @@ If nothing works, nobody is evicted.
 
 Idle units first: a unit is idle when every device of every pod in it is idle (the `Idle`
 condition the kubelet plugins write into the claims' status, read by the caller into
-`Running.idle_since`). Idleness ranks *below* the number of victims and *above* everything
-else: of two choices the one with fewer victims still wins, even if its victim is busy and the
-other's are idle (evicting two idle pods to spare one busy pod disrupts more), and among choices
-with as many victims the one with fewer busy victims wins, then the lowest priority, then the
-newest. So a single idle pod goes before a single busy one, and a busy single pod before an
-idle gang of two. When candidates are accumulated on a node, idle units are taken first, and
-when the unneeded ones are dropped again, busy ones are dropped first. Callers without
-idleness (`dra-driver simulate`) leave `idle_since` None: every unit is busy and the order is
-exactly the one above.
+`Running.idle_since`). Idleness ranks *above* the number of victims: of two choices the one with
+fewer busy victims wins, then the one with fewer victims, then the lowest priority, then the
+newest. A pod that computes nothing loses nothing of value when it goes, a busy one loses its
+work, so two idle pods go before one busy pod, and an idle gang before a busy single pod; among
+choices with as many busy victims the order is exactly the one above. When candidates are
+accumulated on a node, idle units are taken first, and when the unneeded ones are dropped again,
+busy ones are dropped first. Callers without idleness (`dra-driver simulate`) leave `idle_since`
+None: every unit is busy and the order is the one without idleness.
 """
 
 from __future__ import annotations
@@ -199,11 +198,11 @@ class BorrowedUnits:
 
 
 def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:
-    """Smaller is better: fewest victims, then fewest busy victims, then lowest priority, then
+    """Smaller is better: fewest busy victims, then fewest victims, then lowest priority, then
     newest (see the module's docstring)."""
     return (
-        sum(len(u.pods) for u in chosen),
         sum(len(u.pods) for u in chosen if not u.idle),
+        sum(len(u.pods) for u in chosen),
         max(u.priority for u in chosen),
         _newest_first(max(u.created for u in chosen)),
         node,
@@ -211,8 +210,8 @@ def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:
 
 
 def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] | None:
-    """The node and the fewest units to evict so the pod fits there (see the module's
-    docstring).
+    """The node and the units to evict so the pod fits there: the fewest busy ones, then the
+    fewest (see the module's docstring).
 
     Single units are tried first across the whole cluster in the order of their rank, so the
     first that fits is the best single choice and, when it is one pod, the answer: on a large
@@ -226,7 +225,8 @@ def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] 
         if fits(node, unit.pods):
             best = (_rank(node, [unit]), node, [unit])
             break
-    if best is not None and len(best[2][0].pods) == 1:
+    if best is not None and len(best[2][0].pods) == 1 and (best[2][0].idle or not idle_any(units)):
+        # Nothing can beat one pod unless it is busy and idle units could go instead.
         return best[1], best[2]
     by_node: dict[str, list[Unit]] = {}
     for unit in units:
@@ -243,6 +243,10 @@ def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] 
         if best is None or rank < best[0]:
             best = (rank, node, chosen)
     return None if best is None else (best[1], best[2])
+
+
+def idle_any(units: Sequence[Unit]) -> bool:
+    return any(u.idle for u in units)
 
 
 def _several(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None:

@@ -303,3 +303,43 @@ async def test_idle_reclaim_respects_a_pod_disruption_budget_and_says_so(
         assert evictions._value.get() == 0
     finally:
         daemon.stop_watches()
+
+
+async def test_idle_reclaim_makes_room_for_a_waiting_gang_within_the_lenders_guarantee(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    # a holds all four GPUs, within its guarantee of four: nothing is borrowed. a1 and a2 have
+    # been idle for two hours, past a's idleReclaim.after of 30m; a3 only for ten minutes; a4
+    # is busy. b's gang of two one-GPU pods can only run together: a1 and a2 go, whole. Two
+    # GPUs are more than b's guarantee of one: what idle pods free is lent, not owed, so b's
+    # guarantee does not bound it (reclaim of borrowed capacity would stop there).
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:4")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "4"}, idleReclaim={"after": "30m"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    daemon = await placed(cluster, api, "a1", "a2", "a3", "a4")
+    try:
+        set_idle(cluster, "qa", "a1", True, LONG_AGO)
+        set_idle(cluster, "qa", "a2", True, LONG_AGO)
+        set_idle(cluster, "qa", "a3", True, timedelta(minutes=10))
+        set_idle(cluster, "qa", "a4", False, LONG_AGO)
+        for name, idle in (("a1", True), ("a2", True), ("a3", True), ("a4", False)):
+            await idleness_seen(daemon, "qa", name, idle)
+        gang = {f"{DRIVER}/gang": "g", f"{DRIVER}/gang-size": "2"}
+        gpu_pod(cluster, "qb", "g1", labels=gang)
+        gpu_pod(cluster, "qb", "g2", labels=gang)
+        await known(daemon, ("qb", "g1"), ("qb", "g2"))
+        await passes(daemon)
+        await eventually(
+            lambda: read_pod(cluster, "qa", "a1") is None and read_pod(cluster, "qa", "a2") is None,
+            what="a1 and a2 evicted",
+        )
+        assert read_pod(cluster, "qa", "a3") is not None
+        assert read_pod(cluster, "qa", "a4") is not None
+        (message,) = events(cluster, "qa", "a1", "Reclaimed")
+        assert "queue a lends GPUs idle that long (idleReclaim)" in message
+        waiting = condition(cluster, "qb", "g1", f"{DRIVER}/DevicesAllocated")
+        assert waiting is not None
+        assert "gang qb/g" in waiting["message"]
+        assert "evicting idle qa/a1 (queue a, idle for 2h" in waiting["message"]
+    finally:
+        daemon.stop_watches()

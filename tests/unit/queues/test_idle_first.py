@@ -63,18 +63,25 @@ def test_without_idleness_the_order_is_as_before() -> None:
     assert chosen(choose_victims(singles(older, newer), Nodes(1).fits)) == ("n1", ["newer"])
 
 
-def test_the_fewest_victims_still_win_over_idleness() -> None:
-    # One busy two-GPU pod on n1, or two idle one-GPU pods on n2: one victim wins.
+def test_idle_pods_go_before_a_busy_one_even_when_more_of_them_go() -> None:
+    # One busy two-GPU pod on n1, or two idle one-GPU pods on n2: the idle pods lose no work.
     busy = pod("busy", node="n1", gpus=2)
     idle = [pod("i1", node="n2", idle=True), pod("i2", node="n2", idle=True)]
-    assert chosen(choose_victims(singles(busy, *idle), Nodes(2).fits)) == ("n1", ["busy"])
+    assert chosen(choose_victims(singles(busy, *idle), Nodes(2).fits)) == ("n2", ["i1", "i2"])
 
 
-def test_a_busy_pod_goes_before_an_idle_gang_of_two() -> None:
-    busy = pod("busy", priority=9)
-    members = (pod("g1", idle=True, gang="g"), pod("g2", idle=True, gang="g"))
-    found = choose_victims([Unit(members), Unit((busy,))], Nodes(1).fits)
-    assert chosen(found) == ("n1", ["busy"])
+def test_among_idle_choices_the_fewest_victims_win() -> None:
+    # Two idle one-GPU pods on n2, or one idle two-GPU pod on n1.
+    one = pod("one", node="n1", gpus=2, idle=True)
+    idle = [pod("i1", node="n2", idle=True), pod("i2", node="n2", idle=True)]
+    assert chosen(choose_victims(singles(*idle, one), Nodes(2).fits)) == ("n1", ["one"])
+
+
+def test_an_idle_gang_of_two_goes_before_a_busy_pod() -> None:
+    busy = pod("busy", priority=0)
+    members = (pod("g1", idle=True, gang="g", priority=9), pod("g2", idle=True, gang="g"))
+    found = choose_victims([Unit((busy,)), Unit(members)], Nodes(1).fits)
+    assert chosen(found) == ("n1", ["g1", "g2"])
 
 
 def test_an_idle_pod_that_does_not_make_room_is_not_evicted() -> None:
