@@ -328,3 +328,71 @@ def test_idle_after_on_the_command_line_is_seconds_and_not_negative(
         assert said in capsys.readouterr().err
     with pytest.raises(ValueError, match="idle_after must be at least 0 seconds, got -1"):
         LocalCluster(idle_after=-1)
+
+
+async def test_load_on_a_mig_device_and_a_share_ends_before_their_claims_are_released() -> None:
+    """A MIG device made on demand carries the load under its own UUID (a process on it keeps
+    its compute instance in use, so the process must end before unprepare destroys it); a
+    time-slice share carries it under its GPU's UUID."""
+    # Two GPUs: a GPU with a MIG device has no time-slice share free.
+    async with LocalCluster(nodes=1, gpus="H100-SXM5-80GB:2") as cluster:
+        await cluster.wait_registered()
+        cluster.apply(
+            [
+                *device_classes(DRIVER),
+                objects.template("one-mig", objects.request("gpu", class_name("mig", DRIVER))),
+                objects.template("one-ts", objects.request("gpu", class_name("timeslice", DRIVER))),
+                objects.pod(
+                    "on-mig",
+                    templates={"gpu": "one-mig"},
+                    annotations={FAKE_UTILIZATION_ANNOTATION: "50"},
+                    containers=[_container()],
+                ),
+                objects.pod(
+                    "on-share",
+                    templates={"gpu": "one-ts"},
+                    annotations={FAKE_UTILIZATION_ANNOTATION: "20"},
+                    containers=[_container()],
+                ),
+            ]
+        )
+        for name in ("on-mig", "on-share"):
+            await eventually(
+                lambda n=name: _running(cluster, n), f"pod {name} running", in_thread=True
+            )
+        node = cluster.nodes[0]
+        gpu_uuids = node_gpu_uuids(cluster, node)
+        with FileStateStore(node.fake_state_dir, node.name).transaction() as state:
+            by_percent = {p.sm_percent: p.uuid for p in state.processes}
+            instances = [gi for g in state.gpus.values() for gi in g.instances]
+        assert by_percent[20.0] in gpu_uuids
+        mig_uuid = by_percent[50.0]
+        assert mig_uuid not in gpu_uuids
+        assert [ci.uuid for gi in instances for ci in gi.compute_instances] == [mig_uuid]
+
+        core = client.CoreV1Api(cluster.api)
+        for name in ("on-mig", "on-share"):
+            core.delete_namespaced_pod(name, "default")
+        await eventually(
+            lambda: _read_pod(cluster, "on-mig") is None and _read_pod(cluster, "on-share") is None,
+            "both pods released",
+            in_thread=True,
+        )
+        with FileStateStore(node.fake_state_dir, node.name).transaction() as state:
+            assert state.processes == []
+            assert [gi for g in state.gpus.values() for gi in g.instances] == []
+        assert list(node.proc_root.iterdir()) == []
+
+
+def _container() -> Obj:
+    return {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+
+
+def node_gpu_uuids(cluster: LocalCluster, node: LocalNode) -> list[str]:
+    from dra_driver.backends.fake import FakeBackend
+
+    backend = FakeBackend.from_spec(cluster.gpus, node.name, state_dir=node.fake_state_dir)
+    try:
+        return [gpu.uuid for gpu in backend.inventory().gpus]
+    finally:
+        backend.close()
