@@ -36,7 +36,7 @@ from dra_driver.deviceclasses import device_classes
 from dra_driver.pod_claims import claim_names
 from kubeletplugin.prepare.container_edits import env_key
 from localcluster.cluster import LocalCluster
-from localcluster.defaults import DEFAULT_WATCH_HISTORY, DEMO_IDLE_AFTER_S
+from localcluster.defaults import DEFAULT_WATCH_HISTORY, DEMO_GPUS, DEMO_IDLE_AFTER_S
 from localcluster.queue_scenario import two_teams
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
 from localcluster.usage_scenario import busy_and_idle
@@ -107,7 +107,10 @@ async def run_demo(
         idle_after=DEMO_IDLE_AFTER_S if idle_after is None else idle_after,
         plugin_metrics=usage,
     ) as cluster:
-        print(f"local cluster: {nodes} node(s) x {gpus}, API server {cluster.server.url}", file=out)
+        shown = "eight H100, two with MIG mode off" if gpus == DEMO_GPUS else gpus
+        print(
+            f"local cluster: {nodes} node(s) x {shown}, API server {cluster.server.url}", file=out
+        )
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))
         cluster.apply(documents)
