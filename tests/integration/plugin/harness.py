@@ -132,6 +132,21 @@ def create_claim(
     return name, str(made["metadata"]["uid"])
 
 
+def reserve_for(
+    api: client.ApiClient, name: str, pod: str, pod_uid: str, namespace: str = "default"
+) -> None:
+    """Reserve claim `name` for one pod, as the scheduler does before kubelet prepares it."""
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "resource.k8s.io",
+        "v1",
+        namespace,
+        "resourceclaims",
+        name,
+        {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}},
+        _content_type=MERGE,
+    )
+
+
 def delete_claim(api: client.ApiClient, name: str, namespace: str = "default") -> None:
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
         "resource.k8s.io", "v1", namespace, "resourceclaims", name

@@ -10,6 +10,7 @@ destroys the MIG device on unprepare: the path a real GPU node takes, call for c
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -55,26 +56,35 @@ def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
 
 
-@pytest.fixture
-async def node(server: ApiServer) -> AsyncIterator[NvmlNode]:
+@contextlib.asynccontextmanager
+async def nvml_node(server: ApiServer, name: str, **extra: Any) -> AsyncIterator[NvmlNode]:
+    """A plugin of node `name` on the NVML backend over a fresh stand-in machine, with a driver
+    root; `extra` goes to the plugin's configuration."""
     with short_dir() as root:
         machine = StandInNvml()
         driver = fake_driver_root.build(root / "driver", version=machine.driver_version, gpus=3)
         machine.proc_root = root / "proc"
         machine.dev_root = driver.dev
-        backend = NvmlBackend(NODE, nvml=machine, sysfs_root=make_sysfs(root / "sys", machine, {}))
+        backend = NvmlBackend(name, nvml=machine, sysfs_root=make_sysfs(root / "sys", machine, {}))
         async with running_plugin(
             server,
             root,
-            NODE,
+            name,
             fake_gpus=None,
             nvml=True,
             driver_root=driver.root,
             dev_root=driver.dev,
             proc_root=machine.proc_root,
             backend=backend,
+            **extra,
         ) as plugin:
-            yield NvmlNode(plugin, machine, driver, CdiSpecDir(root / "cdi" / NODE), root / "proc")
+            yield NvmlNode(plugin, machine, driver, CdiSpecDir(root / "cdi" / name), root / "proc")
+
+
+@pytest.fixture
+async def node(server: ApiServer) -> AsyncIterator[NvmlNode]:
+    async with nvml_node(server, NODE) as made:
+        yield made
 
 
 def published(api: client.ApiClient) -> set[str]:

@@ -15,20 +15,19 @@ import pytest
 from kubernetes import client
 
 from dra_driver.backends.fake import mps_control as fake_mps_control
-from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
-    MERGE,
     create_claim,
     create_node,
+    reserve_for,
     result,
-    running_plugin,
     short_dir,
 )
-from tests.support import fake_driver_root, polling
-from tests.unit.backends.nvml_standin import Process, StandInNvml, make_sysfs
+from tests.integration.plugin.test_nvml_plugin import nvml_node
+from tests.support import polling
+from tests.unit.backends.nvml_standin import Process
 
 NODE = "nvml-telemetry"
 PLAIN_GPU = 1  # the stand-in's L40S: no MIG, per-process utilisation supported
@@ -52,15 +51,7 @@ def _share_for(api: client.ApiClient, label: str, pod: str, pod_uid: str) -> Cla
     consumed = {"compute": "50", "memory": "8Gi"}
     entry = result("s", f"gpu-{PLAIN_GPU}-shared", NODE, share_id=label, consumed=consumed)
     name, uid = create_claim(api, [entry])
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        "resource.k8s.io",
-        "v1",
-        "default",
-        "resourceclaims",
-        name,
-        {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}},
-        _content_type=MERGE,
-    )
+    reserve_for(api, name, pod, pod_uid)
     return ClaimRef("default", uid, name)
 
 
@@ -76,25 +67,11 @@ def _in_pod(proc_root: Path, pid: int, pod_uid: str) -> None:
 async def test_two_mps_shares_of_one_gpu_are_told_apart_by_their_pods(
     server: ApiServer, api: client.ApiClient
 ) -> None:
-    with short_dir() as root:
-        machine = StandInNvml()
-        driver = fake_driver_root.build(root / "driver", version=machine.driver_version, gpus=3)
-        machine.proc_root = root / "proc"
-        machine.dev_root = driver.dev
-        backend = NvmlBackend(NODE, nvml=machine, sysfs_root=make_sysfs(root / "sys", machine, {}))
-        async with running_plugin(
-            server,
-            root,
-            NODE,
-            fake_gpus=None,
-            nvml=True,
-            driver_root=driver.root,
-            dev_root=driver.dev,
-            proc_root=machine.proc_root,
-            mps_control=_mps_tool(root),
-            backend=backend,
-            telemetry_interval_s=0.05,
-        ) as plugin:
+    with short_dir() as tools:
+        async with nvml_node(
+            server, NODE, mps_control=_mps_tool(tools), telemetry_interval_s=0.05
+        ) as node:
+            plugin, machine = node.plugin, node.machine
             trainer, server_pod = str(uuid.uuid4()), str(uuid.uuid4())
             first = _share_for(api, "first", "trainer-0", trainer)
             second = _share_for(api, "second", "server-0", server_pod)

@@ -23,9 +23,9 @@ from kubeletplugin.prepare.claims import KubernetesClaimSource
 from localcluster.apiserver import ApiServer
 from tests.integration.plugin.harness import (
     DRIVER,
-    MERGE,
     create_claim,
     create_node,
+    reserve_for,
     result,
     running_plugin,
     short_dir,
@@ -38,18 +38,6 @@ NODE = "node-telemetry"
 @pytest.fixture(scope="module", autouse=True)
 def nodes(api: client.ApiClient) -> None:
     create_node(api, NODE)
-
-
-def _reserve(api: client.ApiClient, name: str, pod: str, pod_uid: str) -> None:
-    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        "resource.k8s.io",
-        "v1",
-        "default",
-        "resourceclaims",
-        name,
-        {"status": {"reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]}},
-        _content_type=MERGE,
-    )
 
 
 def _idle(api: client.ApiClient, name: str, device: str) -> bool | None:
@@ -84,9 +72,9 @@ async def test_an_unused_gpu_goes_idle_in_its_claims_status_and_back_when_used(
             apply_pod_load(state_dir, NODE, proc_root, infer, [gpu1], 30)
             apply_pod_load(state_dir, NODE, proc_root, neighbour, [gpu1], 45)
             whole, whole_uid = create_claim(api, [result("gpu", "gpu-0", NODE)])
-            _reserve(api, whole, "trainer-0", trainer)
+            reserve_for(api, whole, "trainer-0", trainer)
             share, share_uid = create_claim(api, [result("gpu", "gpu-1-ts-0", NODE)])
-            _reserve(api, share, "infer-0", infer)
+            reserve_for(api, share, "infer-0", infer)
             async with DraClient(plugin.dra_socket, DRA_V1) as dra:
                 answer = await dra.prepare(
                     [ClaimRef("default", whole_uid, whole), ClaimRef("default", share_uid, share)]

@@ -571,15 +571,17 @@ async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allo
     async with controlled(api, settle_s=0.3) as daemon:
         await known(daemon, "p")
         await daemon.reconciler.run_pass()
-        # Another allocator's write lands on the claim before the gate lifts: another device,
-        # reserved for its own pod.
+        # Before the gate lifts, someone deallocates the claim and another allocator allocates
+        # it anew: another device, reserved for its own pod (an allocation is immutable once
+        # set, so kube-apiserver takes this only as two writes).
         theirs = copy.deepcopy(cluster.get_claim("ours")["status"]["allocation"])
         theirs["devices"]["results"][0]["device"] = "gpu-0-mig-1g10gb-0"
         their_pod = {"resource": "pods", "name": "theirs", "uid": "uid-theirs"}
         status = {"allocation": theirs, "reservedFor": [their_pod]}
-        cluster.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, "default", "resourceclaims", "ours", {"status": status}
-        )
+        for write in ({"allocation": None, "reservedFor": None}, status):
+            cluster.objects.patch_namespaced_custom_object_status(
+                GROUP, VERSION, "default", "resourceclaims", "ours", {"status": write}
+            )
         await eventually(
             lambda: allocation_of(daemon.view.claims[("default", "ours")]) == theirs,
             what="their allocation in the view",
@@ -652,7 +654,12 @@ async def collide_after_takeover(
     daemon.reconciler.step_down()
     if clear is not None:
         cluster.objects.patch_namespaced_custom_object_status(
-            GROUP, VERSION, "default", "resourceclaims", clear, {"status": {"allocation": None}}
+            GROUP,
+            VERSION,
+            "default",
+            "resourceclaims",
+            clear,
+            {"status": {"allocation": None, "reservedFor": None}},
         )
         await eventually(lambda: allocation_in_view(daemon, clear) is None, what="cleared")
     await give_to_theirs(cluster, daemon, allocation)
