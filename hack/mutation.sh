@@ -34,8 +34,9 @@ CHECKER="tests/unit/checker"
 # The embedded API server's tests: one server per test file, in-process, so mutmut sees it.
 APISERVER="tests/integration/apiserver"
 declare -A TESTS=(
-  [kubeletplugin.prepare.preparer]="$PLUGIN/test_prepare.py $PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py \
-$PLUGIN/test_mps.py $PLUGIN/test_recovery.py $PLUGIN/test_claim_cache.py"
+  [kubeletplugin.prepare.preparer]="tests/unit/kubeletplugin/test_preparer.py $PLUGIN/test_prepare.py \
+$PLUGIN/test_prepare_faults.py $PLUGIN/test_prepare_rules.py $PLUGIN/test_mps.py $PLUGIN/test_recovery.py \
+$PLUGIN/test_claim_cache.py"
   [kubeletplugin.prepare.journal]="tests/unit/kubeletplugin/test_journal.py $PLUGIN/test_prepare.py \
 $PLUGIN/test_prepare_faults.py"
   [kubeletplugin.prepare.locks]="tests/unit/kubeletplugin/test_locks.py $PLUGIN/test_prepare.py"

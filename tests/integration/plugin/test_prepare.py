@@ -142,6 +142,11 @@ async def test_static_mig_device_is_handed_out_and_kept(
         assert outcome.error == ""
         env = environment(plugin, list(outcome.devices[0].cdi_device_ids))
         assert env[f"DRA_DEVICE_GPU_1_MIG_{made.gi_id}_{made.ci_id}"] == made.uuid
+        # Recorded as pre-created: a restarted plugin must not take it for a device of the
+        # claim's own making (nor keep a record whose spec is gone for the GPU it changed).
+        path = plugin.daemon.config.state_dir / "checkpoint.json"
+        (saved,) = decode_checkpoint(path.read_bytes(), str(path)).claims[uid].devices
+        assert saved.pre_created
         assert (await dra.unprepare([ref(api, name, uid)]))[uid] == ""
     # Pre-created devices belong to the administrator: unprepare leaves them.
     assert [d.uuid for d in backend.mig_devices(1)] == [made.uuid]
