@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks (not part of the test suite): allocator throughput, latency and memory on a
-# 500-node H100 cluster, the fragmentation trace, the kubelet plugin's prepare/unprepare, then the
-# allocation controller end to end. Figures are recorded in docs/performance.md.
+# 500-node H100 cluster, the fragmentation trace, the kubelet plugin's prepare/unprepare and its
+# telemetry, then the allocation controller end to end. Figures are recorded in
+# docs/performance.md.
 # Usage: hack/bench.sh [--nodes N]   (extra arguments go to the two allocator benchmarks)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +18,9 @@ python -m tests.bench.bench_fragmentation "$@"
 echo
 echo "==> kubelet plugin: prepare/unprepare over gRPC"
 python -m tests.bench.bench_plugin
+echo
+echo "==> kubelet plugin: telemetry CPU per sampling cycle, prepare latency with sampling on/off"
+python -m tests.bench.bench_telemetry
 echo
 echo "==> allocation controller: gated pods end to end (all at once, then 100 pods/s)"
 python -m tests.bench.bench_controller

@@ -8,6 +8,11 @@ node: it has its own event loop, its own checkpoint and fake-GPU state files, an
 killed and restarted without the rest of the cluster noticing. Everything else runs in the
 caller's event loop. Paths live under one short directory, because unix socket paths are
 limited to 108 bytes.
+
+GPU usage: each node has a fake proc root (`<node>/proc`, the plugin's `--proc-root`) where the
+node agent writes the cgroup files of the fake processes it runs for pods annotated with a fake
+utilization (see `roles/node_agent.py`); the plugins sample every second, and `idle_after`
+(seconds) is their `--idle-after`, so tests and the demo see devices go idle without waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,11 +35,12 @@ from kubernetes import client, dynamic
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
+from dra_driver.backends.fake.state import FileStateStore, state_file_name
 from localcluster.apiserver import ApiServer
 from localcluster.crds import bundled_definitions
 from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
 from localcluster.roles import claims_from_templates, scheduler
-from localcluster.roles.node_agent import NodeAgent
+from localcluster.roles.node_agent import FakeLoad, NodeAgent
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +49,9 @@ log = structlog.get_logger(__name__)
 #: CPU and memory requests against it.
 NODE_ALLOCATABLE = {"cpu": "110", "memory": "1900Gi", "ephemeral-storage": "3Ti", "pods": "110"}
 
+#: Seconds between the plugins' usage samples: short, so tests and the demo need not wait.
+TELEMETRY_INTERVAL_S = 1
+
 
 @dataclass
 class LocalNode:
@@ -49,6 +59,8 @@ class LocalNode:
     root: Path
     agent: NodeAgent
     process: subprocess.Popen[bytes] | None = None
+    #: The plugin's Prometheus port on 127.0.0.1 (LocalCluster(plugin_metrics=True)), else None.
+    metrics_port: int | None = None
 
     @property
     def plugin_dir(self) -> Path:
@@ -69,6 +81,11 @@ class LocalNode:
     @property
     def fake_state_dir(self) -> Path:
         return self.root / "fake-gpus"
+
+    @property
+    def proc_root(self) -> Path:
+        """The node's fake /proc: cgroup files of the fake processes on its GPUs."""
+        return self.root / "proc"
 
     @property
     def log_path(self) -> Path:
@@ -96,9 +113,18 @@ class LocalCluster:
         controllers: int = 1,
         controller_args: tuple[str, ...] = (),
         watch_history: int = DEFAULT_WATCH_HISTORY,
+        idle_after: float | None = None,
+        plugin_metrics: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
+        if idle_after is not None and idle_after < 0:
+            raise ValueError(f"idle_after must be at least 0 seconds, got {idle_after}")
+        # The plugins' --idle-after in seconds; None leaves the plugin's default.
+        self.idle_after = idle_after
+        # Each plugin serves its metrics on a port of its own, picked at start and kept across
+        # restarts (the plugins share `plugin_args`, so one fixed port could not serve them all).
+        self._plugin_metrics = plugin_metrics
         self.gpus = gpus
         self.driver_name = driver_name
         # `watch_history` bounds the API server's event history: a small one makes the daemons'
@@ -145,8 +171,19 @@ class LocalCluster:
                 }
             )
             root = self.workdir / name
-            agent = NodeAgent(self.api, name, root / "registry", root / "cdi", poll_s=self._poll_s)
+            load = FakeLoad(self.driver_name, root / "fake-gpus", root / "proc")
+            agent = NodeAgent(
+                self.api,
+                name,
+                root / "registry",
+                root / "cdi",
+                poll_s=self._poll_s,
+                fake_load=load,
+            )
             node = LocalNode(name, root, agent)
+            if self._plugin_metrics:
+                node.metrics_port = _free_port()
+            _boot(node)
             self.nodes.append(node)
             self.start_plugin(node)
         for controller in self.controllers:
@@ -173,11 +210,20 @@ class LocalCluster:
             f"--fake-state-dir={node.fake_state_dir}",
             f"--fake-gpus={self.gpus}",
             "--log-format=json",
+            *self._telemetry_args(node),
             *self._plugin_args,
         ]
         env = {**os.environ, **(extra_env or {})}
         with node.log_path.open("ab") as log_file:
             node.process = subprocess.Popen(argv, env=env, stdout=log_file, stderr=log_file)
+
+    def _telemetry_args(self, node: LocalNode) -> list[str]:
+        args = [f"--proc-root={node.proc_root}", f"--telemetry-interval={TELEMETRY_INTERVAL_S}"]
+        if self.idle_after is not None:
+            args.append(f"--idle-after={self.idle_after:g}")
+        if node.metrics_port is not None:
+            args.append(f"--metrics-port={node.metrics_port}")
+        return args
 
     def start_controller(self, controller: LocalController) -> None:
         """(Re)start an allocation controller process (`dra-controller`).
@@ -285,3 +331,23 @@ class LocalCluster:
                 resource.create(body=doc, namespace=namespace or "default")
             else:
                 resource.create(body=doc)
+
+
+def _boot(node: LocalNode) -> None:
+    """What a reboot does to a node's fake processes: they end. A fresh workdir has none; a
+    reused one may hold those of an earlier run, in the fake GPU state and the proc root."""
+    shutil.rmtree(node.proc_root, ignore_errors=True)
+    node.proc_root.mkdir(parents=True)
+    state_dir = node.root / "fake-gpus"
+    if (state_dir / state_file_name(node.name)).exists():
+        with FileStateStore(state_dir, node.name).transaction() as state:
+            if state.processes:
+                state.processes = []
+
+
+def _free_port() -> int:
+    """A TCP port nothing listens on now (the OS's pick); the plugin binds it moments later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -8,6 +8,11 @@ checker re-evaluates classes, selectors, counts, constraints, counters and capac
 published slices), the devices the kubelet plugin prepared must be exactly the allocated ones on
 the pod's node, and the container environment must name every one of them.
 
+After the examples it runs a busy pod and an idle pod on whole GPUs with MIG mode off
+(:mod:`localcluster.usage_scenario`) and fails unless the driver reports the idle one's GPU idle
+in its claim's status and not the busy one's; the plugins' `--idle-after` is two seconds here,
+so this adds a few seconds to the run.
+
 The DeviceClasses come from :mod:`dra_driver.deviceclasses`, as the Helm chart's do, so the
 examples in deploy/examples/ run unchanged here and on a cluster with the chart installed.
 """
@@ -31,9 +36,10 @@ from dra_driver.deviceclasses import device_classes
 from dra_driver.pod_claims import claim_names
 from kubeletplugin.prepare.container_edits import env_key
 from localcluster.cluster import LocalCluster
-from localcluster.defaults import DEFAULT_WATCH_HISTORY
+from localcluster.defaults import DEFAULT_WATCH_HISTORY, DEMO_GPUS, DEMO_IDLE_AFTER_S
 from localcluster.queue_scenario import two_teams
 from localcluster.roles.node_agent import PREPARE_ERROR_ANNOTATION, PREPARED_ANNOTATION
+from localcluster.usage_scenario import busy_and_idle
 
 ENV_PREFIXES = ("DRA_", "CUDA_MPS_", "NVIDIA_", "CUDA_VISIBLE")
 
@@ -78,8 +84,12 @@ async def run_demo(
     out: TextIO,
     watch_history: int = DEFAULT_WATCH_HISTORY,
     queues: bool = True,
+    usage: bool = True,
+    idle_after: float | None = None,
 ) -> int:
-    """Run the examples, then (with `queues`) the two-team queue scenario on the same cluster."""
+    """Run the examples, then (with `usage`) the busy and idle pods, then (with `queues`) the
+    two-team queue scenario on the same cluster. `idle_after` is the plugins' `--idle-after` in
+    seconds (default `DEMO_IDLE_AFTER_S`)."""
     files = example_files(examples)
     documents = load_documents(files)
     pods = [
@@ -90,8 +100,17 @@ async def run_demo(
     if not pods:
         print("no Pod in the examples: nothing to show", file=out)
         return 1
-    async with LocalCluster(nodes=nodes, gpus=gpus, watch_history=watch_history) as cluster:
-        print(f"local cluster: {nodes} node(s) x {gpus}, API server {cluster.server.url}", file=out)
+    async with LocalCluster(
+        nodes=nodes,
+        gpus=gpus,
+        watch_history=watch_history,
+        idle_after=DEMO_IDLE_AFTER_S if idle_after is None else idle_after,
+        plugin_metrics=usage,
+    ) as cluster:
+        shown = "eight H100, two with MIG mode off" if gpus == DEMO_GPUS else gpus
+        print(
+            f"local cluster: {nodes} node(s) x {shown}, API server {cluster.server.url}", file=out
+        )
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))
         cluster.apply(documents)
@@ -108,20 +127,25 @@ async def run_demo(
             _print_pod(report, out)
         await _delete_and_check_release(cluster, reports, deadline=time.monotonic() + 30)
         await asyncio.to_thread(_delete_claims, cluster, documents)
+        usage_problems = await busy_and_idle(cluster, out) if usage else None
         queue_problems = await two_teams(cluster, out) if queues else []
     failed = [r for r in reports.values() if not r.ok]
     print(file=out)
+    for problem in usage_problems or []:
+        print(f"FAILED usage: {problem}", file=out)
     for problem in queue_problems:
         print(f"FAILED queues: {problem}", file=out)
     if failed:
         for report in failed:
             why = "; ".join(report.problems) or report.error or "not prepared"
             print(f"FAILED {report.namespace}/{report.name}: {why}", file=out)
-    if failed or queue_problems:
+    if failed or queue_problems or usage_problems:
         return 1
     print(
         f"all {len(reports)} example pods got what they asked for and released it "
-        f"({len(files)} example files)" + ("; the queues behaved" if queues else ""),
+        f"({len(files)} example files)"
+        + ("; the idle GPU was reported idle, the busy one not" if usage_problems == [] else "")
+        + ("; the queues behaved" if queues else ""),
         file=out,
     )
     return 0

@@ -16,7 +16,22 @@ import sys
 from pathlib import Path
 
 from dra_driver.logging_setup import configure_logging
-from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
+from localcluster.defaults import (
+    DEFAULT_GPUS,
+    DEFAULT_WATCH_HISTORY,
+    DEMO_GPUS,
+    DEMO_IDLE_AFTER_S,
+)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -35,14 +50,22 @@ async def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with LocalCluster(
-        nodes=args.nodes, gpus=args.gpus, watch_history=args.watch_history
+        nodes=args.nodes,
+        gpus=args.gpus or DEFAULT_GPUS,
+        watch_history=args.watch_history,
+        idle_after=args.idle_after,
+        plugin_metrics=True,
     ) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
         print(f"API server: {cluster.server.url}", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
         for node in cluster.nodes:
-            print(f"{node.name}: plugin log {node.log_path}", flush=True)
+            print(
+                f"{node.name}: plugin log {node.log_path}, "
+                f"metrics http://127.0.0.1:{node.metrics_port}/metrics",
+                flush=True,
+            )
         print("Press Ctrl-C to stop.", file=sys.stderr, flush=True)
         await stop.wait()
     return 0
@@ -60,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
             run_demo(
                 args.demo,
                 nodes=args.nodes,
-                gpus=args.gpus,
+                gpus=args.gpus or DEMO_GPUS,
                 timeout_s=args.timeout,
                 out=sys.stdout,
                 watch_history=args.watch_history,
+                idle_after=args.idle_after,
             )
         )
     with contextlib.suppress(KeyboardInterrupt):
@@ -83,9 +107,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--nodes", type=_positive, default=2, help="number of nodes (default 2)")
     parser.add_argument(
         "--gpus",
-        default=DEFAULT_GPUS,
         metavar="PROFILE:COUNT",
-        help=f"fake GPUs of every node (default {DEFAULT_GPUS})",
+        help=f"fake GPUs of every node, or a YAML file of them (default {DEFAULT_GPUS}; with "
+        f"--demo, {DEMO_GPUS}: eight H100, two with MIG mode off)",
     )
     parser.add_argument(
         "--demo",
@@ -105,6 +129,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="EVENTS",
         help="writes the API server keeps for watches; older watches get 410 Gone and list "
         f"again (default {DEFAULT_WATCH_HISTORY})",
+    )
+    parser.add_argument(
+        "--idle-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="every plugin's --idle-after: how long a device must stay unused before its "
+        "claim's status says Idle=True (default: the plugin's, 30 minutes; the demo uses "
+        f"{DEMO_IDLE_AFTER_S:g} s); the plugins sample usage every second",
     )
     parser.add_argument("--verbose", action="store_true", help="log what the stand-ins do")
     parser.set_defaults(run=run)

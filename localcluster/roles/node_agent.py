@@ -22,6 +22,13 @@ What kubelet does and this agent mirrors:
   ``reservedFor`` as the upstream resourceclaim controller would. An evicted pod goes the
   same way: eviction is a delete.
 
+Fake load (tests and demos only, nodes with fake GPUs): a pod annotated
+``gpu.dra-driver.dev/fake-utilization: "<0..100>"`` "runs" one fake process per device it got
+from the driver, using that percent of the device (none at 0), from the moment it starts until
+its claims are released (:mod:`dra_driver.backends.fake.load`), so the plugin's telemetry measures
+something. A value that is not such a number is a configuration error of the pod, refused as
+kubelet refuses one: a Warning Event on the pod, and the pod does not start until it is fixed.
+
 What it does not: containers, the 45 s per-call deadline is configurable rather than fixed,
 the claim cache is not checkpointed (a restarted agent prepares running pods again, which is
 safe because the calls are idempotent), and pods without claims are left alone.
@@ -32,6 +39,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,11 +52,14 @@ import structlog
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.backends.errors import BackendError
+from dra_driver.backends.fake.load import apply_pod_load, clear_pod_load
 from dra_driver.cdi import CdiError, CdiSpec, CdiSpecDir, container_environment
 from dra_driver.kubeletapi import KUBELET_CALL_TIMEOUT_S
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
 from dra_driver.pod_claims import claim_names
+from kubeletplugin.prepare.container_edits import env_key
 from localcluster.roles.registry import (
     DEFAULT_VERSIONS,
     PluginRegistration,
@@ -66,9 +78,29 @@ PREPARE_ERROR_ANNOTATION: Final = "dra.local/prepare-error"
 #: Pod condition that tells whether the pod's claims are prepared.
 PREPARED_CONDITION: Final = "dra.local/ResourcesPrepared"
 
+#: Test-only: percent (0..100) of SM time and memory that the pod's fake processes use on each
+#: GPU or MIG device it got; read when the pod starts, on nodes with fake GPUs only.
+FAKE_UTILIZATION_ANNOTATION: Final = "gpu.dra-driver.dev/fake-utilization"
+#: Reason of the Warning Event on a pod whose fake-utilization annotation is not such a number.
+INVALID_FAKE_UTILIZATION: Final = "InvalidFakeUtilization"
+
 _CDI_SUFFIXES: Final = (".yaml", ".yml", ".json")
+# Plain decimal numbers only ("0", "80", "12.5"): no signs, exponents, spaces, nan or inf.
+_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
+_COMPONENT: Final = "node-agent"
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FakeLoad:
+    """Where a node's fake GPUs keep their state and where their fake processes' ``/proc``
+    entries go (the plugin's ``--proc-root``), so that pods can be given load; only the devices
+    of ``driver_name`` carry it."""
+
+    driver_name: str
+    state_dir: Path
+    proc_root: Path
 
 
 @dataclass
@@ -83,6 +115,8 @@ class _PodRecord:
     #: claim name -> outcome, filled once every claim is prepared.
     outcomes: dict[str, PrepareOutcome] = field(default_factory=dict)
     prepared: bool = False
+    #: Whether fake processes may run for the pod (they are ended on release).
+    loaded: bool = False
     #: Drivers whose NodeUnprepareResources succeeded for all of this pod's claims.
     released: set[str] = field(default_factory=set)
 
@@ -110,8 +144,10 @@ class NodeAgent:
         poll_s: float = 0.2,
         versions: Sequence[str] = DEFAULT_VERSIONS,
         call_timeout: float = KUBELET_CALL_TIMEOUT_S,
+        fake_load: FakeLoad | None = None,
     ) -> None:
         self.api_client = api_client
+        self.fake_load = fake_load
         self.node_name = node_name
         self.cdi_root = cdi_root
         self.poll_s = poll_s
@@ -122,6 +158,8 @@ class NodeAgent:
         #: Completed passes; each one ends with a notification to :meth:`wait_until`.
         self.passes = 0
         self._records: dict[str, _PodRecord] = {}  # by pod UID: names can be reused
+        #: Pod UID -> the annotation value refused last; one Event per value, not per pass.
+        self._refused: dict[str, str] = {}
         self._pass_done = asyncio.Condition()
         self._dyn: Any = None
 
@@ -191,6 +229,8 @@ class NodeAgent:
             except ApiException as error:
                 # Conflicts and the like: the next pass reads fresh objects and tries again.
                 _write_failed(f"{meta['namespace']}/{meta['name']}", error)
+        for uid in set(self._refused) - present:
+            del self._refused[uid]
         for uid, record in list(self._records.items()):
             if uid in present:
                 continue
@@ -217,6 +257,12 @@ class NodeAgent:
         if unregistered:
             log.info("waiting for drivers to register", pod=_key(pod), drivers=unregistered)
             return 0
+        percent: float | None = None
+        if self.fake_load is not None:
+            try:
+                percent = fake_utilization(pod)
+            except ValueError as error:
+                return await self._refuse(pod, str(error))
 
         record = self._records.setdefault(uid, _PodRecord(namespace, meta["name"], uid))
         record.remember(by_driver)
@@ -226,6 +272,8 @@ class NodeAgent:
             )
 
         devices: dict[str, list[PreparedDevice]] = {n: [] for n in names}
+        loaded_driver = self.fake_load.driver_name if self.fake_load is not None else None
+        own: list[PreparedDevice] = []  # the devices of the driver with fake GPUs
         problems: list[str] = []
         for driver, refs in by_driver.items():
             plugin = self.plugins[driver]
@@ -243,6 +291,8 @@ class NodeAgent:
                     problems.append(f"{driver}: claim {ref.name}: {outcome.error}")
                 else:
                     devices[ref.name].extend(outcome.devices)
+                    if driver == loaded_driver:
+                        own.extend(outcome.devices)
 
         env: dict[str, str] = {}
         if not problems:
@@ -251,6 +301,12 @@ class NodeAgent:
                 env = await asyncio.to_thread(self._environment, cdi_ids)
             except CdiError as error:
                 problems.append(f"CDI: {error}")
+
+        if not problems and percent is not None:
+            try:
+                await self._start_load(record, own, env, percent)
+            except (BackendError, ValueError, OSError) as error:
+                problems.append(f"fake load: {error}")
 
         if problems:
             message = "; ".join(problems)
@@ -264,7 +320,70 @@ class NodeAgent:
         record.outcomes = outcomes_by_name
         record.prepared = True
         self.errors.pop(record.key, None)
+        self._refused.pop(uid, None)
         log.info("pod's claims prepared", pod=record.key, claims=names)
+        return 1
+
+    async def _start_load(
+        self,
+        record: _PodRecord,
+        devices: Sequence[PreparedDevice],
+        env: Mapping[str, str],
+        percent: float,
+    ) -> None:
+        """One fake process per device the pod got from the driver with fake GPUs.
+
+        A device's UUID (the GPU's, or the MIG device's) is what its CDI spec tells the
+        container (``DRA_DEVICE_<NAME>``); time-slice and MPS shares name their GPU's UUID.
+        At 0 percent there is none. Replaces the pod's earlier processes, so a repeated start
+        is harmless.
+        """
+        assert self.fake_load is not None
+        uuids: list[str] = []
+        for device in devices:
+            found = env.get(env_key(device.device_name))
+            if not found:
+                raise ValueError(
+                    f"the container environment names no UUID for device {device.device_name}"
+                )
+            uuids.append(found)
+        record.loaded = True  # from here on, release must end whatever may have started
+        load = self.fake_load
+        if percent == 0:
+            # A pod that never touches its GPU has no process there (docs/telemetry.md); one
+            # from an earlier start with another value ends.
+            await asyncio.to_thread(
+                clear_pod_load, load.state_dir, self.node_name, load.proc_root, record.uid
+            )
+            log.info("no fake load: 0 percent", pod=record.key, uuids=uuids)
+            return
+        pids = await asyncio.to_thread(
+            apply_pod_load,
+            load.state_dir,
+            self.node_name,
+            load.proc_root,
+            record.uid,
+            uuids,
+            percent,
+        )
+        log.info("fake load started", pod=record.key, percent=percent, uuids=uuids, pids=pids)
+
+    async def _refuse(self, pod: Obj, message: str) -> int:
+        """Keep a pod with an unusable annotation from starting, as kubelet keeps a pod whose
+        container config is wrong: a Warning Event (once per value) and a condition saying why;
+        the next passes look again, so fixing the annotation starts the pod."""
+        meta = pod["metadata"]
+        key = _key(pod)
+        value = (meta.get("annotations") or {}).get(FAKE_UTILIZATION_ANNOTATION, "")
+        self.errors[key] = message
+        if self._refused.get(meta["uid"]) == value:
+            return 0
+        log.warning("pod refused", pod=key, error=message)
+        await asyncio.to_thread(self._post_event, pod, INVALID_FAKE_UTILIZATION, message)
+        await asyncio.to_thread(
+            self._write_prepare_error, pod, message, reason=INVALID_FAKE_UTILIZATION
+        )
+        self._refused[meta["uid"]] = value
         return 1
 
     def _environment(self, cdi_ids: Sequence[str]) -> dict[str, str]:
@@ -301,13 +420,23 @@ class NodeAgent:
             names = claim_names(pod) or []
             found = [claims.get((meta["namespace"], n)) for n in names]
             record.remember(_group_by_driver([c for c in found if c is not None and _alloc(c)]))
+            record.loaded = self.fake_load is not None  # it may have started processes
             self._records[record.uid] = record
         return await self._release(record, pod, claims)
 
     async def _release(
         self, record: _PodRecord, pod: Obj | None, claims: Mapping[tuple[str, str], Obj]
     ) -> int:
-        """Unprepare everything sent to the plugins for the pod, then let the pod go."""
+        """End the pod's fake processes (a MIG device in use cannot be destroyed), unprepare
+        everything sent to the plugins for the pod, then let the pod go."""
+        self._refused.pop(record.uid, None)
+        if record.loaded and self.fake_load is not None:
+            load = self.fake_load
+            await asyncio.to_thread(
+                clear_pod_load, load.state_dir, self.node_name, load.proc_root, record.uid
+            )
+            record.loaded = False
+            log.info("fake load ended", pod=record.key)
         problems: list[str] = []
         for driver, known in record.claims.items():
             if driver in record.released:
@@ -409,7 +538,7 @@ class NodeAgent:
             pod, "True", "Prepared", f"{len(outcomes)} claim(s) prepared", phase="Running"
         )
 
-    def _write_prepare_error(self, pod: Obj, message: str) -> None:
+    def _write_prepare_error(self, pod: Obj, message: str, reason: str = "PrepareFailed") -> None:
         pods, _ = self._resources()
         meta = pod["metadata"]
         pods.patch(
@@ -418,7 +547,41 @@ class NodeAgent:
             namespace=meta["namespace"],
             content_type=MERGE,
         )
-        self._write_status(pod, "False", "PrepareFailed", message)
+        self._write_status(pod, "False", reason, message)
+
+    def _post_event(self, pod: Obj, reason: str, message: str) -> None:
+        """A Warning Event on the pod, as kubelet posts one for a pod it cannot start."""
+        self._resources()  # makes the dynamic client
+        meta = pod["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        events = self._dyn.resources.get(api_version="v1", kind="Event")
+        events.create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{meta['name']}.{uuidlib.uuid4().hex[:16]}",
+                    "namespace": meta["namespace"],
+                },
+                "involvedObject": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": reason,
+                "message": message[:1024],
+                "type": "Warning",
+                "source": {"component": _COMPONENT, "host": self.node_name},
+                "reportingComponent": _COMPONENT,
+                "reportingInstance": self.node_name,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+            namespace=meta["namespace"],
+        )
 
     def _write_status(
         self, pod: Obj, status: str, reason: str, message: str, phase: str | None = None
@@ -493,6 +656,23 @@ def _key(pod: Obj) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
+def fake_utilization(pod: Obj) -> float | None:
+    """The pod's fake-utilization annotation as a percent; None without it.
+
+    Raises ValueError naming the pod, the annotation and the value when it is not a plain
+    decimal number from 0 to 100.
+    """
+    value = (pod["metadata"].get("annotations") or {}).get(FAKE_UTILIZATION_ANNOTATION)
+    if value is None:
+        return None
+    if isinstance(value, str) and _PERCENT.fullmatch(value) and float(value) <= 100:
+        return float(value)
+    raise ValueError(
+        f"pod {_key(pod)}: annotation {FAKE_UTILIZATION_ANNOTATION}={value!r} is not a number "
+        'from 0 to 100 (percent of each device\'s SM time and memory, e.g. "0" or "80")'
+    )
+
+
 def _alloc(claim: Obj) -> Obj | None:
     allocation: Obj | None = (claim.get("status") or {}).get("allocation")
     return allocation
@@ -533,9 +713,13 @@ def _rpc_text(error: grpc.aio.AioRpcError) -> str:
 
 
 __all__ = [
+    "FAKE_UTILIZATION_ANNOTATION",
     "FINALIZER",
+    "INVALID_FAKE_UTILIZATION",
     "PREPARED_ANNOTATION",
     "PREPARED_CONDITION",
     "PREPARE_ERROR_ANNOTATION",
+    "FakeLoad",
     "NodeAgent",
+    "fake_utilization",
 ]

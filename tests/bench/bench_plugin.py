@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,15 @@ async def wait_registered(socket: Path, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("plugin did not start")
 
 
-async def run(claims: int, workers: int, shape: str, claim_cache: bool) -> dict[str, Any]:
+async def run(
+    claims: int,
+    workers: int,
+    shape: str,
+    claim_cache: bool,
+    plugin_args: Sequence[str] = (),
+) -> dict[str, Any]:
+    """`plugin_args` go to the plugin's command line as they are; `{tmp}` in one stands for the
+    run's scratch directory (for paths such as a proc root)."""
     with (
         ApiServer(port=0) as server,
         tempfile.TemporaryDirectory(dir="/tmp") as tmp,
@@ -109,6 +118,7 @@ async def run(claims: int, workers: int, shape: str, claim_cache: bool) -> dict[
         ]  # fmt: skip
         if claim_cache:
             argv.append("--claim-cache")
+        argv += [a.replace("{tmp}", str(root)) for a in plugin_args]
         if os.environ.get("BENCH_WRAP"):
             argv = os.environ["BENCH_WRAP"].split() + argv
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -32,7 +32,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "logging": {"format": "console", "level": "debug"},
         "kubeletPlugin": {"claimCache": True},
     },
-    # Another driver name, a subset of shapes, extended resources and explicit names.
+    # Another driver name, a subset of shapes, extended resources and explicit names; the
+    # Grafana dashboard.
     "custom-driver": {
         "driverName": "gpu.example.com",
         "kubeletPlugin": {
@@ -48,6 +49,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "deviceClasses": {"extendedResourceNames": {"gpu": "nvidia.com/gpu"}},
         "nvidiaDriverRoot": "/run/nvidia/driver",
+        "grafanaDashboard": {"enabled": True},
     },
     # The plugin alone: no controller, no admission policy, no metrics.
     "plugin-only": {

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import yaml
 
+from localcluster.defaults import DEMO_GPUS
 from localcluster.demo import run_demo
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples"
@@ -14,7 +16,8 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "deploy" / "examples"
 
 async def test_every_example_pod_gets_what_it_asked_for() -> None:
     out = io.StringIO()
-    code = await run_demo([EXAMPLES], nodes=2, gpus="H100-SXM5-80GB:8", timeout_s=60, out=out)
+    # The demo's own GPUs: eight H100 per node, two with MIG mode off for the busy and idle pods.
+    code = await run_demo([EXAMPLES], nodes=2, gpus=DEMO_GPUS, timeout_s=60, out=out)
     text = out.getvalue()
     assert code == 0, text
     ran = len(list(EXAMPLES.glob("*.yaml")))
@@ -34,6 +37,12 @@ async def test_every_example_pod_gets_what_it_asked_for() -> None:
     assert "8 pods of queue a were evicted, 8 still run" in text
     assert "8 of b's pods wait ('reclaim policy is Never'), 0 more evictions" in text
     assert "the queues behaved" in text
+    # The idle pod's GPU is reported idle in its claim's status, the busy one's not, and the
+    # plugins' metrics show their load.
+    assert re.search(r"usage/idle .* Idle=True \(NoActivity", text), text
+    assert re.search(r"usage/busy .* Idle: not reported", text), text
+    assert re.search(r"node-\d +usage/busy .* 80% ", text), text
+    assert "the idle GPU was reported idle, the busy one not" in text
 
 
 async def test_the_demo_survives_a_watch_history_too_short_to_resume_from() -> None:

@@ -21,7 +21,9 @@ from dra_driver.kubeletapi.types import ClaimRef, PluginInfo, PreparedDevice, Pr
 from kubeletplugin.server import PluginServers
 from localcluster import ApiServer
 from localcluster.roles.node_agent import (
+    FAKE_UTILIZATION_ANNOTATION,
     FINALIZER,
+    INVALID_FAKE_UTILIZATION,
     PREPARE_ERROR_ANNOTATION,
     PREPARED_ANNOTATION,
     PREPARED_CONDITION,
@@ -497,3 +499,22 @@ async def test_pod_that_vanished_is_still_unprepared(
     assert driver.calls[-1] == ("unprepare", [ref(c1)])
     assert agent.prepared == {}
     assert not get(dyn, "resource.k8s.io/v1", "ResourceClaim", "c1")["status"].get("reservedFor")
+
+
+async def test_the_fake_utilization_annotation_means_nothing_without_fake_gpus(
+    servers: PluginServers, agent: NodeAgent, dyn: dynamic.DynamicClient
+) -> None:
+    # The agent has no fake load (a node without fake GPUs): it neither reads nor refuses it.
+    body = objects.pod(
+        "p",
+        {"e-c1": "c1"},
+        annotations={FAKE_UTILIZATION_ANNOTATION: "lots"},
+        status={"phase": "Pending"},
+        nodeName=NODE,
+    )
+    pod = kind(dyn, "v1", "Pod").create(body=body, namespace="default").to_dict()
+    make_claim(dyn, "c1", pod)
+    await agent.wait_until(lambda: "default/p" in agent.prepared, WAIT)
+    assert get(dyn, "v1", "Pod", "p")["status"]["phase"] == "Running"
+    events = kind(dyn, "v1", "Event").get(namespace="default").to_dict()["items"]
+    assert [e for e in events if e["reason"] == INVALID_FAKE_UTILIZATION] == []
