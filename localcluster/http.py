@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +56,13 @@ class Server(ThreadingHTTPServer):
         super().__init__(address, Handler)
         self.store = store
         self.bookmark_interval_s = bookmark_interval_s
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops its kept-alive connection is not an error of the server (the
+        default prints a traceback for it); anything else still is."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _find(store: Store, group: str, version: str, plural: str) -> ResourceType:
