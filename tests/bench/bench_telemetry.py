@@ -32,6 +32,7 @@ from dra_driver.backends.fake.load import apply_pod_load
 from dra_driver.kubeletapi import DRA_V1
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
+from dra_driver.logging_setup import configure_logging
 from localcluster.apiserver import ApiServer
 from tests.bench import bench_plugin
 from tests.integration.plugin.harness import (
@@ -165,6 +166,8 @@ def main() -> None:
         "--interval", type=float, default=0.1, help="telemetry interval (s) with sampling on"
     )
     args = parser.parse_args()
+    # The in-process plugin's own log lines would bury the figures on stdout.
+    configure_logging(level="warning")
     print(json.dumps(asyncio.run(sampling_cost(args.cycles))), flush=True)
     for row in asyncio.run(prepare_latency(args.claims, args.interval)):
         print(json.dumps(row), flush=True)
