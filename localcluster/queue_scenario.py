@@ -25,6 +25,7 @@ from dra_driver.deviceclasses import class_name
 from dra_driver.queues import GROUP, PLURAL, VERSION
 from localcluster.cluster import LocalCluster
 from localcluster.roles.node_agent import PREPARED_ANNOTATION
+from localcluster.scenario_pods import one_gpu_pod
 
 #: The issue's bound for b's pods to be running after they arrive.
 RECLAIM_DEADLINE_S = 30.0
@@ -108,23 +109,7 @@ class _Teams:
         for index in names:
             name = f"{team}-{index}"
             self.core.create_namespaced_pod(
-                f"q{team}",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name, "namespace": f"q{team}"},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "resources": {"claims": [{"name": "gpu"}]},
-                            }
-                        ],
-                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                        "schedulingGates": [{"name": self.gate}],
-                    },
-                },
+                f"q{team}", one_gpu_pod(name, f"q{team}", "one-gpu", gate=self.gate)
             )
             created.append(name)
         return created

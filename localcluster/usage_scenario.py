@@ -35,6 +35,7 @@ from dra_driver.deviceclasses import class_name
 from dra_driver.pod_claims import claim_names
 from localcluster.cluster import LocalCluster
 from localcluster.roles.node_agent import FAKE_UTILIZATION_ANNOTATION, PREPARED_ANNOTATION
+from localcluster.scenario_pods import one_gpu_pod
 
 NAMESPACE = "usage"
 #: The bound for the idle pod's device to be reported idle, from when the pod runs.
@@ -105,25 +106,12 @@ class UsagePods:
         for name, percent in PODS.items():
             self.core.create_namespaced_pod(
                 NAMESPACE,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": name,
-                        "namespace": NAMESPACE,
-                        "annotations": {FAKE_UTILIZATION_ANNOTATION: percent},
-                    },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "main",
-                                "image": "busybox",
-                                "resources": {"claims": [{"name": "gpu"}]},
-                            }
-                        ],
-                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                    },
-                },
+                one_gpu_pod(
+                    name,
+                    NAMESPACE,
+                    "one-gpu",
+                    annotations={FAKE_UTILIZATION_ANNOTATION: percent},
+                ),
             )
 
     def _pod(self, name: str) -> Obj | None:
