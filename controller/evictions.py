@@ -22,7 +22,7 @@ from controller.informer import Obj, key_of
 from controller.kube_calls import ControllerApi
 from controller.queue_metrics import QueueMetrics
 from controller.queueing import QueueKeeper, Reclaim
-from dra_driver.queues.spec import format_duration
+from dra_driver.durations import format_duration
 
 log = structlog.get_logger(__name__)
 

@@ -51,6 +51,7 @@ from controller.node_load import FINISHED_PHASES
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.device_status import idle_since
+from dra_driver.durations import format_duration
 from dra_driver.queues import (
     RECLAIM_BORROWED,
     ZERO,
@@ -66,7 +67,7 @@ from dra_driver.queues import (
 )
 from dra_driver.queues.gang_reclaim import GangVictims, choose_gang_victims
 from dra_driver.queues.reclaim import BorrowedUnits
-from dra_driver.queues.spec import format_duration, format_gpu, pod_priority
+from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from collections.abc import Callable, Sequence
 
 from api.device_type import DeviceType
+from dra_driver.durations import parse_go_duration
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
@@ -47,10 +47,6 @@ def seconds(text: str) -> float:
     return value
 
 
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-
-
 def duration(text: str) -> float:
     """Seconds, from a plain number of seconds (`1800`) or a Go duration (`30m`, `1h30m`,
     `90s`), as the chart's other duration values are written; zero or more."""
@@ -58,18 +54,14 @@ def duration(text: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        pos, total = 0, 0.0
-        while pos < len(raw):
-            match = _GO_PART.match(raw, pos)
-            if match is None:
-                raise argparse.ArgumentTypeError(
-                    f"{text!r} is not a duration: give seconds (1800) or a Go duration (30m, 1h30m)"
-                ) from None
-            total += float(match.group(1)) * _GO_UNITS[match.group(2)]
-            pos = match.end()
         if not raw:
             raise argparse.ArgumentTypeError("an empty duration") from None
-        value = total
+        try:
+            value = parse_go_duration(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a duration: give seconds (1800) or a Go duration (30m, 1h30m)"
+            ) from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"a duration must be 0 or more, got {text!r}")
     return value

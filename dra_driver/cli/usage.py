@@ -87,7 +87,7 @@ def usage_rows(
     now: datetime,
 ) -> list[dict[str, Any]]:
     """One row per device and pod holding it (a claim shared by pods shows under each)."""
-    from dra_driver.queues.spec import format_duration  # noqa: PLC0415
+    from dra_driver.durations import format_duration  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
     for device in devices:

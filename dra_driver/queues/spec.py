@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from api.errors import ConfigError
 from api.quantity import parse_quantity
+from dra_driver.durations import parse_go_duration
 
 GROUP: Final = "gpu.dra-driver.dev"
 VERSION: Final = "v1alpha1"
@@ -185,51 +186,12 @@ def _idle_reclaim(raw: object, bad: Any) -> float | None:
     if not isinstance(after, str):
         raise bad("idleReclaim.after", f'expected a duration such as "30m", got {after!r}')
     try:
-        seconds = parse_duration(after)
+        seconds = parse_go_duration(after)
     except ValueError as err:
         raise bad("idleReclaim.after", str(err)) from None
     if seconds <= 0:
         raise bad("idleReclaim.after", f"must be above 0, got {after!r}")
     return seconds
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_S: Final = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-
-
-def parse_duration(text: str) -> float:
-    """A Go duration ("90s", "30m", "1h30m", "1.5h") in seconds; ValueError says why not.
-    Negative durations are refused: nothing here waits a negative time."""
-    if text == "0":
-        return 0.0
-    position = 0
-    total = 0.0
-    while position < len(text):
-        part = _DURATION_PART.match(text, position)
-        if part is None:
-            break
-        total += float(part.group(1)) * _UNIT_S[part.group(2)]
-        position = part.end()
-    if not text or position != len(text):
-        raise ValueError(f'{text!r} is not a duration such as "90s", "30m" or "1h30m"')
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as a short Go-style duration ("1h30m", "45s")."""
-    whole = max(0, int(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
-    return text + (f"{secs}s" if secs or not text else "")
 
 
 def _bounds(raw: object, where: str, bad: Any) -> Bounds:

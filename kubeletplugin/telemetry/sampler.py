@@ -29,6 +29,7 @@ import structlog
 from dra_driver.backends.usage import UsageSample
 from dra_driver.checkpoint.model import Checkpoint, ClaimRecord, ClaimState
 from dra_driver.device_status import DeviceKey, idle_condition, idleness
+from dra_driver.durations import format_duration
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.telemetry.attribution import Attribution, ClaimPods, attribute
 from kubeletplugin.telemetry.cgroups import process_pod
@@ -61,14 +62,6 @@ class TelemetrySettings:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _window(seconds: float) -> str:
-    whole = int(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if v)
-    return text or f"{seconds:g}s"
 
 
 class TelemetrySampler:
@@ -286,7 +279,7 @@ class TelemetrySampler:
     def _message(self, state: IdleState) -> str:
         threshold = f"{self.settings.idle_threshold_percent:g}%"
         if state.idle:
-            window = _window(self.settings.idle_after_s)
+            window = format_duration(self.settings.idle_after_s)
             return f"SM utilisation below {threshold} for at least {window}"
         return f"SM utilisation at or above {threshold}"
 

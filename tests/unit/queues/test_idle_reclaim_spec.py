@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from dra_driver.durations import format_duration
+from dra_driver.durations import parse_go_duration as parse_duration
 from dra_driver.queues import QueueSpecError, parse_queue
-from dra_driver.queues.spec import format_duration, parse_duration
 
 
 def obj(spec: Any) -> dict[str, Any]:
