@@ -66,6 +66,7 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         healthcheck_port=args.healthcheck_port,
         resync_s=args.resync_period,
         settle_s=args.settle_time,
+        report_interval_s=args.report_interval,
         default_queue=args.default_queue,
         reclaim_hold_s=args.reclaim_hold,
     )

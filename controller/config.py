@@ -74,6 +74,10 @@ class ControllerConfig:
     last at equal standing."""
     reclaim_hold_s: float = 60.0
     """How long devices freed by reclaim stay kept for the pod they were freed for."""
+    report_interval_s: float = 10.0
+    """A waiting pod whose reason changes is told the new one at most this often (the first
+    reason goes out at once): reasons move with every pass while a queue reclaims or capacity
+    comes and goes, and each report is two API calls."""
     settle_s: float = 0.2
     """Written allocations are re-checked against the watch this long after the write, before
     the gates come off: an allocator that decided on older state gets that long to land its

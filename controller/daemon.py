@@ -153,6 +153,9 @@ async def _first(work: Awaitable[Any], stop: asyncio.Event) -> Any:
 
 #: Threads for blocking API calls: a pass writes many claims at once, each a few HTTP round trips.
 API_THREADS = 32
+#: Kept-alive connections: one per API thread, plus one held by each watch for good (six
+#: informers and the leader Lease's calls), so that no call has to open a connection of its own.
+API_CONNECTIONS = API_THREADS + 8
 
 
 async def _serve(config: ControllerConfig) -> None:
@@ -160,7 +163,7 @@ async def _serve(config: ControllerConfig) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
     install_signal_handlers(loop, stop)
-    api = await asyncio.to_thread(api_client, config.kubeconfig)
+    api = await asyncio.to_thread(api_client, config.kubeconfig, API_CONNECTIONS)
     try:
         await ControllerDaemon(config, api).run(stop)
     finally:

@@ -3,9 +3,11 @@
 A victim evicted under its queue's `idleReclaim` is told how long its GPUs were idle and which
 queue's pod waits; an idle victim of ordinary reclaim is told how long too.
 
-The Event and the condition go first, so the pod's record says which queue took its devices
-even if it is gone a moment later. A PodDisruptionBudget that forbids the eviction (429) spares
-the pod for the hold time and tells the waiting pod; a pod already gone (404) needs nothing.
+The condition goes first, so the pod's own record says which queue took its devices before it
+is gone (as the kube-scheduler sets `DisruptionTarget` before it preempts); the Event follows
+the eviction, off the path to the freed devices (Events outlive their pod). A
+PodDisruptionBudget that forbids the eviction (429) spares the pod for the hold time and tells
+the waiting pod; a pod already gone (404) needs nothing.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ async def carry_out(
     for victim, victim_queue in reclaim.victims:
         message = _message(reclaim, victim, victim_queue)
         try:
-            await asyncio.to_thread(api.post_pod_event, victim, "Warning", "Reclaimed", message)
             await asyncio.to_thread(api.patch_pod_conditions, victim, [_condition(keeper, message)])
             await asyncio.to_thread(api.evict_pod, victim)
         except client.ApiException as err:
@@ -69,6 +70,10 @@ async def carry_out(
             log.info("eviction failed; the next attempt chooses again", error=str(err))
             keeper.evicting.pop(key_of(victim), None)
             continue
+        try:
+            await asyncio.to_thread(api.post_pod_event, victim, "Warning", "Reclaimed", message)
+        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+            log.info("cannot post the eviction's Event", pod=key_of(victim), error=str(err))
         metrics.evictions.labels(queue=reclaim.queue, victim_queue=victim_queue).inc()
         log.info(
             "pod evicted for reclaim",

@@ -116,6 +116,14 @@ FLAGS: tuple[Flag, ...] = (
         help="seconds devices freed by reclaim are kept for the pod they were freed for",
     ),
     Flag(
+        "--report-interval",
+        env="DRA_REPORT_INTERVAL",
+        type=seconds,
+        default="10s",
+        help="a waiting pod is told a changed reason (Event and condition) at most this often; "
+        "its first reason goes out at once",
+    ),
+    Flag(
         "--settle-time",
         env="DRA_SETTLE_TIME",
         type=seconds,

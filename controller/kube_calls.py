@@ -41,6 +41,15 @@ def _json(response: Any) -> Obj:
     return body
 
 
+def _done(response: Any) -> None:
+    """Read an answer we do not need: only a response read to its end gives its connection back
+    to the pool. Left unread, the connection is dropped with the response, and every such call
+    opened a new one (a TLS handshake against a real API server), at hundreds a second while a
+    queue reclaims."""
+    response.drain_conn()
+    response.release_conn()
+
+
 class ControllerApi:
     def __init__(self, api: client.ApiClient, component: str) -> None:
         self._objects = client.CustomObjectsApi(api)
@@ -146,6 +155,10 @@ class ControllerApi:
         )
         return _json(response)
 
+    def get_pod(self, namespace: str, name: str) -> Obj:
+        response = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
+        return _json(response)
+
     # --- writes ------------------------------------------------------------------------------
 
     def patch_claim(self, claim: Mapping[str, Any], metadata: Mapping[str, Any]) -> Obj:
@@ -189,7 +202,7 @@ class ControllerApi:
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """A GpuQueue's status; a merge patch without a precondition, since only the leader
         writes it and each write is the whole picture."""
-        self._objects.patch_cluster_custom_object_status(
+        response = self._objects.patch_cluster_custom_object_status(
             QUEUE_GROUP,
             QUEUE_VERSION,
             QUEUES,
@@ -198,6 +211,7 @@ class ControllerApi:
             _content_type=MERGE,
             _preload_content=False,
         )
+        _done(response)
 
     def evict_pod(self, pod: Mapping[str, Any]) -> None:
         """Through the Eviction API, so PodDisruptionBudgets hold (429 when one forbids it)."""
@@ -208,21 +222,23 @@ class ControllerApi:
                 preconditions=client.V1Preconditions(uid=meta.get("uid"))
             ),
         )
-        self._core.create_namespaced_pod_eviction(
+        response = self._core.create_namespaced_pod_eviction(
             meta["name"], meta["namespace"], body, _preload_content=False
         )
+        _done(response)
 
     def patch_pod_conditions(self, pod: Mapping[str, Any], conditions: list[Obj]) -> None:
         """Set these conditions by type; `status.conditions` merges on `type` (strategic
         merge), so conditions not named here, other writers' included, are left alone."""
         meta = pod["metadata"]
-        self._core.patch_namespaced_pod_status(
+        response = self._core.patch_namespaced_pod_status(
             meta["name"],
             meta["namespace"],
             {"status": {"conditions": conditions}},
             _content_type=STRATEGIC,
             _preload_content=False,
         )
+        _done(response)
 
     def post_pod_event(self, pod: Mapping[str, Any], kind: str, reason: str, text: str) -> None:
         meta = pod["metadata"]
@@ -252,6 +268,7 @@ class ControllerApi:
             "count": 1,
         }
         # The typed signature wants a CoreV1Event; the client sends a plain dict body as it is.
-        cast(Any, self._core).create_namespaced_event(
+        response = cast(Any, self._core).create_namespaced_event(
             meta["namespace"], body, _preload_content=False
         )
+        _done(response)

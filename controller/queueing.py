@@ -88,6 +88,10 @@ class Hold:
     until: float
     gang: str | None = None
     """The gang the pod waits in: its mates hold the rest of what was freed for it."""
+    standing: str = ""
+    """Where the pod's queue stood when the victims were chosen, for the reason the pod waits
+    while the hold lasts: the reason stays the same from pass to pass (the queue's usage moves
+    with every pod placed), so it is reported once rather than once a pass."""
 
 
 @dataclass(slots=True)
@@ -501,7 +505,7 @@ class QueuePass:
             why = self._explained(pods, outcome)
             return f"{why}; {standing} but no pod on borrowed capacity would make room"
         node, units = chosen
-        self._evict(pod, queue, node, units, idle_reclaim=False)
+        self._evict(pod, queue, node, units, idle_reclaim=False, standing=standing)
         names = ", ".join(f"{p.key[0]}/{p.key[1]}" for u in units for p in u.pods)
         return f"{standing}: evicting {names} (borrowed capacity) to make room on node {node}"
 
@@ -516,7 +520,7 @@ class QueuePass:
         if chosen is None:
             return None
         node, picked = chosen
-        self._evict(pod, queue, node, picked, idle_reclaim=True)
+        self._evict(pod, queue, node, picked, idle_reclaim=True, standing=standing)
         names = ", ".join(
             f"{p.key[0]}/{p.key[1]} (queue {p.queue}, idle for {self._idle_text(p)})"
             for u in picked
@@ -570,7 +574,14 @@ class QueuePass:
         return units
 
     def _evict(
-        self, pod: Obj, queue: str, node: str, units: Sequence[Unit], *, idle_reclaim: bool
+        self,
+        pod: Obj,
+        queue: str,
+        node: str,
+        units: Sequence[Unit],
+        *,
+        idle_reclaim: bool,
+        standing: str,
     ) -> None:
         """Record the victims as being evicted, hold what they free for `pod`, and queue the
         evictions for after the pass."""
@@ -592,6 +603,7 @@ class QueuePass:
             claims=claims,
             victims={v.key for v in victims},
             until=time.monotonic() + self.keeper.settings.hold_s,
+            standing=standing,
         )
         self.reclaims.append(
             Reclaim(
@@ -635,7 +647,8 @@ class QueuePass:
             evicted = {v for h in holds for v in h.victims}
             held_on = ", ".join(sorted({h.node for h in holds}))
             return (
-                f"gang {gang}: {standing}: waiting for the devices of {len(evicted)} evicted "
+                f"gang {gang}: {holds[0].standing or standing}: waiting for the devices of "
+                f"{len(evicted)} evicted "
                 f"pod(s) on node(s) {held_on}"
             )
         view, driver = self.keeper.view, self.keeper.settings.driver_name
@@ -686,6 +699,7 @@ class QueuePass:
                 victims={v.key for v in victims},
                 until=until,
                 gang=gang,
+                standing=standing,
             )
         where = ", ".join(sorted(set(nodes.values())))
         self.reclaims.append(
@@ -799,8 +813,8 @@ def _gang_name(pod: Obj, settings: QueueSettings) -> str:
 
 def _waiting_for(standing: str, hold: Hold) -> str:
     return (
-        f"{standing}: waiting for the devices of {len(hold.victims)} evicted pod(s) "
-        f"on node {hold.node}"
+        f"{hold.standing or standing}: waiting for the devices of {len(hold.victims)} evicted "
+        f"pod(s) on node {hold.node}"
     )
 
 

@@ -9,8 +9,10 @@ naturally: while one pass writes, new pods queue up for the next.
 
 A pass starts by deallocating the claims released since the last one and waiting for the watch
 to bring those writes back, so the devices they free are used in the same pass. After deciding,
-its reports, its evictions, its writes and the gate lifts of earlier decisions that settled go
-out at once: a pass that reclaims for hundreds of pods does not hold up the pods it placed.
+its writes and the gate lifts of earlier decisions that settled go out at once; its evictions
+and the reports of why pods wait (`controller.reports`) go on in the background, so a pass that
+reclaims for hundreds of pods neither holds up the pods it placed nor the next pass, which
+deallocates what the first victims released.
 
 The re-checks are what keeps this controller from double-booking against the kube-scheduler,
 which allocates other pods' claims from the same devices and never coordinates with us. The check
@@ -45,6 +47,7 @@ from controller.queue_metrics import QueueMetrics
 from controller.queue_status import QueueStatusWriter
 from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
 from controller.reconciler_state import ReconcilerState
+from controller.reports import Reporter, set_condition
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
 from dra_driver.device_status import idle_since
@@ -96,6 +99,14 @@ class Reconciler:
         self._is_leader = is_leader
         self.state = ReconcilerState()
         """Everything the loop keeps between and within passes (see `ReconcilerState`)."""
+        self.reports = Reporter(
+            api, condition_type(config.driver_name), interval_s=config.report_interval_s
+        )
+        """Why waiting pods wait, sent off the pass's path (see `controller.reports`)."""
+        self._running: set[asyncio.Task[None]] = set()
+        """Work passes left running: evictions being carried out, gate lifts that came due."""
+        self._timers: set[asyncio.TimerHandle] = set()
+        """Gate lifts to start when the settle time of a pass's decisions is over."""
         self._wake = asyncio.Event()
         self.passes = 0
 
@@ -168,6 +179,7 @@ class Reconciler:
         self.state.queue.pop(key, None)
         self.state.waiting.pop(key, None)
         self.state.reported.pop(key, None)
+        self.reports.forget(key)
         self.state.seen_at.pop(key, None)
 
     def _gated_pods(self) -> list[Obj]:
@@ -191,6 +203,8 @@ class Reconciler:
             await self._loop(stop, stopped)
         finally:
             stopped.cancel()
+            self.reports.cancel()
+            self._stop_background()
         log.info("allocation loop stopped")
 
     async def _loop(self, stop: asyncio.Event, stopped: asyncio.Future[Any]) -> None:
@@ -261,6 +275,7 @@ class Reconciler:
         written ones still settling are left to the next leader (their claims are allocated and
         reserved for still-gated pods, which it finishes)."""
         self.state.settling.clear()
+        self.reports.cancel()
         for key in list(self.view.assumed):
             self.view.forget(key)
 
@@ -294,20 +309,16 @@ class Reconciler:
         decisions, reclaims = self._decide(self._units(keys))
         step("decide_s")
         self.state.in_flight = decisions
-        reports = len(self.state.reports)
+        reports = self.reports.pending()
         now = time.monotonic()
         settled = sum(1 for at, _ in self.state.settling if at <= now)
-        reported = {key_of(pod) for pod, _ in self.state.reports}
-        # None of these waits for another: a starved queue's pass evicts for hundreds of pods
-        # and reports why each one waits, and the pods decided in the same pass, or settled
-        # before it, need not wait for that. A settled pod this pass reports on (a gang's
-        # member) waits for its report, so that "allocated" is the last word.
-        await _all(
-            self._send_reports(),
-            carry_out_all(reclaims, self.api, self.queues, self.queue_metrics),
-            self._write_all(decisions),
-            self._lift_settled(hold_back=reported),
-        )
+        if reclaims:
+            # Carried out while this pass writes and the next ones run: a starved queue's pass
+            # evicts for hundreds of pods, and the pods decided meanwhile, and the claims its
+            # victims release, need not wait for all of them (the victims are marked as being
+            # evicted, so no later pass chooses them again).
+            self._background(carry_out_all(reclaims, self.api, self.queues, self.queue_metrics))
+        await _all(self._write_all(decisions), self._lift_settled())
         step("writes_s")
         self.state.in_flight = []
         await self._lift_settled()  # what came due meanwhile
@@ -327,25 +338,46 @@ class Reconciler:
             **steps,
         )
 
-    async def _lift_settled(self, hold_back: set[Key] | None = None) -> None:
-        """Gates off for decisions that stayed clear of other allocations for the settle time
-        (but not yet for those with a pod in `hold_back`)."""
+    def _stop_background(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        for task in list(self._running):
+            task.cancel()
+
+    def _background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        task.add_done_callback(_log_failure)
+
+    async def drain(self) -> None:
+        """Wait for the work a pass leaves running: evictions and reports (tests, and the
+        end of the loop)."""
+        while self._running:
+            await asyncio.wait(list(self._running))
+        await self.reports.drain()
+
+    async def _lift_settled(self) -> None:
+        """Gates off for decisions that stayed clear of other allocations for the settle time."""
         now = time.monotonic()
-        kept = hold_back or set()
-
-        def is_due(at: float, decision: Decision) -> bool:
-            return at <= now and not any(key_of(p) in kept for p in decision.pods)
-
-        due = [d for at, d in self.state.settling if is_due(at, d)]
-        self.state.settling = [(at, d) for at, d in self.state.settling if not is_due(at, d)]
-        ready = []
-        for decision in due:
-            if self._still_fits(decision, "settled"):
-                ready.append(decision)
-            else:
-                await self._withdraw(decision)
-        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
-        await asyncio.gather(*(self._lift(d, limit) for d in ready))
+        due = [d for at, d in self.state.settling if at <= now]
+        self.state.settling = [(at, d) for at, d in self.state.settling if at > now]
+        pods = {key_of(p) for d in due for p in d.pods} - self.state.lifting
+        self.state.lifting |= pods
+        try:
+            ready = []
+            for decision in due:
+                if self._still_fits(decision, "settled"):
+                    ready.append(decision)
+                else:
+                    await self._withdraw(decision)
+            limit = asyncio.Semaphore(WRITE_CONCURRENCY)
+            await asyncio.gather(*(self._lift(d, limit) for d in ready))
+        finally:
+            self.state.lifting -= pods
+            if pods & self.state.queue.keys():
+                self._wake.set()
 
     def next_deadline(self) -> float | None:
         due = [at for at, _ in self.state.settling]
@@ -374,6 +406,9 @@ class Reconciler:
             pod = self.view.pods.get(key)
             if not self._gated(pod):
                 self._forget_pod(key)
+                continue
+            if key in self.state.lifting:
+                self.state.queue.setdefault(key)  # decided, if at all, once its lift is over
                 continue
             if key in settling:
                 continue  # written; its gate comes off when the settle time is over
@@ -452,6 +487,24 @@ class Reconciler:
                 self.state.settling.append((settle_at, decision))
             else:
                 await self._withdraw(decision)
+        # Their gates come off when the settle time is over, not when a pass next gets to it:
+        # a pass deciding hundreds of pods would hold them up for its whole length.
+        timer = asyncio.get_running_loop().call_later(self.config.settle_s, self._settle_time_over)
+        self._timers.add(timer)
+
+    def _settle_time_over(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self._timers = {t for t in self._timers if not t.cancelled() and t.when() > now}
+        self._background(self._lift_due())
+
+    async def _lift_due(self) -> None:
+        try:
+            await self._lift_settled()
+        except NotLeaderError:
+            return  # stepping down leaves settling decisions to the next leader
+        except Exception as err:  # as for a failed pass: look at every gated pod again
+            log.exception("lifting gates failed", error=str(err))
+            self.resync()
 
     async def _fresh(self, own_write_rv: int) -> None:
         """Bring the view's claims up to now: through the watch when it carries one of our own
@@ -604,8 +657,8 @@ class Reconciler:
         async with limit:
             for pod in decision.pods:
                 key = key_of(pod)
+                reported = await self.reports.settle(key)  # "allocated" comes last
                 current = self.view.pods.get(key, pod)
-                reported = key in self.state.reported
                 started = self.state.seen_at.get(key)
                 try:
                     await asyncio.to_thread(self.writer.lift_gate, current, self.config.gate_name)
@@ -617,7 +670,14 @@ class Reconciler:
                     self._wake.set()
                     continue
                 if reported:
-                    await self._set_condition(current, True, "Allocated", "devices are allocated")
+                    await set_condition(
+                        self.api,
+                        condition_type(self.config.driver_name),
+                        current,
+                        True,
+                        "Allocated",
+                        "devices are allocated",
+                    )
                 if started is not None:
                     self.metrics.latency.observe(time.monotonic() - started)
                 self._forget_pod(key)
@@ -635,50 +695,7 @@ class Reconciler:
                 continue
             self.state.reported[key] = outcome.reason
             log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
-            self.state.reports.append((pod, outcome.reason))
-
-    async def _send_reports(self) -> None:
-        """Events and conditions for this pass's failures, several pods at once, each pod's
-        before its gate can come off (so a stale "cannot allocate" never lands after
-        "allocated")."""
-        reports, self.state.reports = self.state.reports, []
-        by_pod: dict[Key, list[tuple[Obj, str]]] = {}
-        for pod, reason in reports:
-            by_pod.setdefault(key_of(pod), []).append((pod, reason))
-        limit = asyncio.Semaphore(WRITE_CONCURRENCY)
-
-        async def report(pod_reports: list[tuple[Obj, str]]) -> None:
-            async with limit:  # several pods at once; one pod's reports in order
-                for pod, reason in pod_reports:
-                    try:
-                        await asyncio.to_thread(
-                            self.api.post_pod_event, pod, "Warning", "FailedAllocation", reason
-                        )
-                        await self._set_condition(pod, False, "Unallocatable", reason)
-                    except (client.ApiException, OSError) as err:
-                        log.warning(
-                            "cannot report why a pod waits", pod=key_of(pod), error=str(err)
-                        )
-
-        await asyncio.gather(*(report(r) for r in by_pod.values()))
-
-    async def _set_condition(self, pod: Obj, ok: bool, reason: str, message: str) -> None:
-        ctype = condition_type(self.config.driver_name)
-        current = self.view.pods.get(key_of(pod), pod)
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        mine = {
-            "type": ctype,
-            "status": "True" if ok else "False",
-            "reason": reason,
-            "message": message[:32768],
-            "lastTransitionTime": now,
-        }
-        try:
-            # Only ours: the strategic merge keys conditions by type, so the others stay as
-            # their writers left them (resending our cached copies could revert newer ones).
-            await asyncio.to_thread(self.api.patch_pod_conditions, current, [mine])
-        except client.ApiException as err:
-            log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
+            self.reports.report(pod, outcome.reason)
 
     # --- deallocation ------------------------------------------------------------------------
 
@@ -740,6 +757,11 @@ async def _all(*steps: Awaitable[None]) -> None:
     failures = [r for r in results if isinstance(r, BaseException)]
     for failure in sorted(failures, key=lambda f: not isinstance(f, NotLeaderError)):
         raise failure
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background work failed", error=str(task.exception()))
 
 
 def _claim_refs(pod: Obj | None) -> list[str]:

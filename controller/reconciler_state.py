@@ -5,8 +5,8 @@ entry that outlives its reason (a pod forgotten in one map and kept in another) 
 pod decided twice or a gate never lifted, which is easiest to rule out with every map and the
 code that empties it named together. Everything here is touched on the event loop's thread only
 (watch events reach it through `call_soon_threadsafe`), so nothing needs a lock; but events land
-between a pass's awaits, so the maps a pass walks through with awaits in between (`reports`,
-`stale`, `dealloc`) it takes whole first, and what comes in meanwhile is for the next pass. Times
+between a pass's awaits, so the maps a pass walks through with awaits in between (`stale`,
+`dealloc`) it takes whole first, and what comes in meanwhile is for the next pass. Times
 are `time.monotonic()` seconds.
 """
 
@@ -39,9 +39,9 @@ class ReconcilerState:
     them now), and only then, not at every device condition the plugins write."""
 
     reported: dict[Key, str] = field(default_factory=dict)
-    """Pod → the reason last reported in its Event and condition, so a reason that stays the same
-    is reported once; the gate lift sets the condition to allocated for the pods in it. Filled by
-    `_failed`; a pod leaves it when it is forgotten; emptied on taking over the lead."""
+    """Pod → the reason last handed to the reporter (`controller.reports`, which sends it off
+    the pass's path), so a reason that stays the same is reported once. Filled by `_failed`; a
+    pod leaves it when it is forgotten; emptied on taking over the lead."""
 
     seen_at: dict[Key, float] = field(default_factory=dict)
     """Gated pod → when it was first seen gated: the start of its allocation latency, and the
@@ -54,11 +54,6 @@ class ReconcilerState:
     pod that changed, all of ours on taking over the lead. Taken whole by `_deallocate`, which
     puts back the claims whose deallocation failed."""
 
-    reports: list[tuple[Obj, str]] = field(default_factory=list)
-    """The pass's new failures to report, pod and reason. Filled by `_failed` while the pass
-    decides; taken whole by `_send_reports`, which the pass awaits before it lifts the gate of
-    any pod named here."""
-
     in_flight: list[Decision] = field(default_factory=list)
     """The pass's decisions while they are written. Set after deciding and emptied once the
     writes are over; after a failed pass `_recover` decides the pods of those not yet settling
@@ -69,6 +64,12 @@ class ReconcilerState:
     Filled by `_write_all` for the decisions that passed the re-check after writing; the due ones
     are taken by `_lift_settled` in every pass; emptied on stepping down (the next leader
     finishes them)."""
+
+    lifting: set[Key] = field(default_factory=set)
+    """Pods whose decision left `settling` and whose gate lift (or withdrawal) is under way,
+    which may overlap a pass now that lifts start when the settle time is over: a pass leaves
+    them queued rather than deciding them a second time. Filled and emptied by
+    `_lift_settled`."""
 
     stale: dict[Key, list[Obj]] = field(default_factory=dict)
     """Claims of ours whose earlier allocation collides with another's, with the pods that use

@@ -112,8 +112,29 @@ class ClaimWriter:
         self.api.patch_claim(claim, {"finalizers": finalizers or None})
         return freed
 
-    def lift_gate(self, pod: Obj, gate: str) -> Obj:
-        gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or []]
-        remaining = [g for g in gates if g.get("name") != gate]
-        self._check_leader()
-        return self.api.patch_pod(pod, {"schedulingGates": remaining or None})
+    def lift_gate(self, pod: Obj, gate: str, attempts: int = 3) -> Obj:
+        """Take our gate off, keeping the others (the write is conditional on the pod's
+        resourceVersion, so a gate added or removed meanwhile is not lost).
+
+        A conflict is most often a status write (a condition, ours included) that the watch
+        has not brought yet: the pod is read again and the lift retried, rather than the pod
+        decided again and settled a second time. A pod of that name with another uid is a new
+        pod, not ours to lift: 404.
+        """
+        uid = pod["metadata"].get("uid")
+        for attempt in range(attempts):
+            gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+            if not any(g.get("name") == gate for g in gates):
+                return pod  # lifted already
+            remaining = [g for g in gates if g.get("name") != gate]
+            self._check_leader()
+            try:
+                return self.api.patch_pod(pod, {"schedulingGates": remaining or None})
+            except client.ApiException as err:
+                if err.status != 409 or attempt == attempts - 1:
+                    raise
+            meta = pod["metadata"]
+            pod = self.api.get_pod(meta["namespace"], meta["name"])
+            if pod["metadata"].get("uid") != uid:
+                raise client.ApiException(status=404, reason="the pod was replaced")
+        raise AssertionError("unreachable")

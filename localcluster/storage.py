@@ -87,6 +87,9 @@ class Store:
             (rt.group, rt.version, rt.plural): rt for rt in types
         }
         self._objects: dict[str, dict[_Key, Obj]] = {key: {} for key in self.types}
+        #: Owner uid -> (resource key, object key) of what names it in `ownerReferences`, so a
+        #: deletion finds its dependents without reading every stored object.
+        self._owned: dict[str, set[tuple[str, _Key]]] = {}
         self._observers: list[Callable[[Event], None]] = []
         self._rv = 0
         self._history: deque[Event] = deque()
@@ -436,6 +439,11 @@ class Store:
     def _commit(self, rt: ResourceType, key: _Key, obj: Obj, old: Obj | None, kind: str) -> Obj:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
+        for uid in _owner_uids(self._objects[rt.key].get(key)):
+            self._owned.get(uid, set()).discard((rt.key, key))
+        if kind != "DELETED":
+            for uid in _owner_uids(obj):
+                self._owned.setdefault(uid, set()).add((rt.key, key))
         if kind == "DELETED":
             self._objects[rt.key].pop(key, None)
         else:
@@ -470,20 +478,36 @@ class Store:
         """Garbage collection: delete what the removed object owned (and a namespace's content)."""
         uid = _meta(owner).get("uid")
         owner_ns = _meta(owner).get("namespace", "")
-        is_namespace = rt.group == "" and rt.plural == "namespaces"
-        for other_key, objects in list(self._objects.items()):
+        found = self._owned.pop(uid, set()) if isinstance(uid, str) else set()
+        if rt.group == "" and rt.plural == "namespaces":
+            name = key_name(owner)
+            for other_key, objects in self._objects.items():
+                other = self.types.get(other_key)
+                if other is not None and other.namespaced:
+                    found.update((other_key, key) for key in objects if key[0] == name)
+        # In the order of the resource table, then by key, as a full scan would go.
+        order = {other_key: index for index, other_key in enumerate(self._objects)}
+        for other_key, key in sorted(found, key=lambda item: (order.get(item[0], -1), item[1])):
             other = self.types.get(other_key)
             if other is None:
                 continue  # unregistered by an earlier deletion in this pass
-            for key, obj in sorted(objects.items()):
-                refs = _meta(obj).get("ownerReferences") or []
-                owned = any(isinstance(r, Mapping) and r.get("uid") == uid for r in refs)
-                # Namespaced owners own only objects in their own namespace (as upstream).
-                if owned and other.namespaced and rt.namespaced and key[0] != owner_ns:
-                    owned = False
-                in_namespace = is_namespace and other.namespaced and key[0] == key_name(owner)
-                if (owned or in_namespace) and key in self._objects[other_key]:
-                    self._delete(other, key, self._objects[other_key][key])
+            obj = self._objects.get(other_key, {}).get(key)
+            if obj is None:
+                continue  # deleted by an earlier deletion in this pass
+            # Namespaced owners own only objects in their own namespace (as upstream).
+            in_namespace = rt.group == "" and rt.plural == "namespaces" and other.namespaced
+            if not in_namespace and other.namespaced and rt.namespaced and key[0] != owner_ns:
+                continue
+            self._delete(other, key, obj)
+
+
+def _owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
+    if obj is None:
+        return set()
+    refs = _meta(obj).get("ownerReferences") or []
+    if not isinstance(refs, list):
+        return set()
+    return {r["uid"] for r in refs if isinstance(r, Mapping) and isinstance(r.get("uid"), str)}
 
 
 def key_name(obj: Mapping[str, Any]) -> str:

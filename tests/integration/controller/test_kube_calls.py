@@ -60,3 +60,36 @@ def test_claim_finalizer_patches_replace_the_list_they_send(api_client: client.A
     with pytest.raises(client.ApiException) as caught:
         calls.patch_claim(claim, {"finalizers": ["other/keep", "ours/again"]})
     assert caught.value.status == 409
+
+
+def test_writes_whose_answer_is_not_needed_give_their_connection_back(
+    api_client: client.ApiClient,
+) -> None:
+    # An answer left unread keeps its connection out of the pool, and the next call opens a
+    # new one: a reclaim's hundreds of Events, conditions and evictions each paid a connect.
+    core = client.CoreV1Api(api_client)
+    calls = ControllerApi(api_client, "test")
+    for index in range(10):
+        core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": f"p{index}"},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        )
+    before = _connections(api_client)
+    condition = {"type": "example.com/Allocated", "status": "False", "reason": "Unallocatable"}
+    for index in range(10):
+        pod = api_client.sanitize_for_serialization(core.read_namespaced_pod(f"p{index}", NS))
+        calls.post_pod_event(pod, "Warning", "FailedAllocation", "no room")
+        calls.patch_pod_conditions(pod, [condition])
+        calls.evict_pod(pod)
+    assert len(core.list_namespaced_event(NS).items) == 10
+    assert core.list_namespaced_pod(NS).items == []
+    assert _connections(api_client) - before <= 1
+
+
+def _connections(api_client: client.ApiClient) -> int:
+    """Connections the client has opened so far, over all its pools."""
+    manager = api_client.rest_client.pool_manager
+    return sum(manager.pools[key].num_connections for key in manager.pools.keys())

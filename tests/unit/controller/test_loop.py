@@ -291,10 +291,12 @@ async def test_a_new_leader_reports_again_why_a_pod_waits(
     try:
         await eventually(lambda: ("default", "p") in daemon.view.pods, what="the pod in view")
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()
         assert len(cluster.events_for("p")) == 1
         daemon.reconciler.step_down()
         daemon.reconciler.take_over()
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()
         assert len(cluster.events_for("p")) == 2
     finally:
         daemon.stop_watches()

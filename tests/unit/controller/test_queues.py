@@ -137,12 +137,16 @@ def allocated_device(cluster: Cluster, namespace: str, name: str) -> str | None:
 
 
 async def passes(daemon: ControllerDaemon, count: int = 1) -> None:
+    """Each pass with what it leaves running (evictions, reports), and the gate lifts of what
+    it decided once the settle time is over."""
     for _ in range(count):
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()
         due = daemon.reconciler.next_deadline()
         if due is not None and daemon.reconciler.state.settling:
             await eventually(lambda d=due: time.monotonic() >= d, what="the settle time")
             await daemon.reconciler.run_pass()
+            await daemon.reconciler.drain()
 
 
 async def queue_status(

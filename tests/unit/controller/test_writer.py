@@ -259,6 +259,42 @@ def test_lift_gate_of_a_deleted_pod_is_not_found(
     assert raised.value.status == 404
 
 
+def test_lift_gate_after_a_status_write_reads_the_pod_again_and_lifts(
+    api: client.ApiClient, calls: ControllerApi
+) -> None:
+    # Our own "cannot allocate" condition landed after the copy the lift starts from: the
+    # conditional write conflicts, and the lift retries from the pod as it is now.
+    pod = new_pod(api, [OTHER_GATE, GATE])
+    condition = {"type": "example.com/Allocated", "status": "False", "reason": "Unallocatable"}
+    calls.patch_pod_conditions(pod, [condition])
+    lifted = writer(calls).lift_gate(pod, GATE)
+    assert lifted["spec"]["schedulingGates"] == [{"name": OTHER_GATE}]
+    assert lifted["status"]["conditions"][0]["reason"] == "Unallocatable"
+
+
+def test_lift_gate_never_lifts_a_new_pod_of_the_same_name(
+    api: client.ApiClient, calls: ControllerApi
+) -> None:
+    core = client.CoreV1Api(api)
+    pod = new_pod(api, [GATE])
+    name = pod["metadata"]["name"]
+    core.delete_namespaced_pod(name, "default")
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox"}],
+                "schedulingGates": [{"name": GATE}],
+            },
+        },
+    )
+    with pytest.raises(client.ApiException) as raised:
+        writer(calls).lift_gate(pod, GATE)
+    assert raised.value.status == 404
+    assert core.read_namespaced_pod(name, "default").spec.scheduling_gates[0].name == GATE
+
+
 def test_nothing_is_written_without_the_lease(api: client.ApiClient, calls: ControllerApi) -> None:
     pod = new_pod(api, [GATE])
     claim = new_claim(api)

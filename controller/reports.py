@@ -1,0 +1,166 @@
+"""Telling a waiting pod why it waits (an Event and our condition), off the allocation path.
+
+A pass that decides hundreds of pods (a starved queue's arrival, a burst bigger than the
+cluster) finds most of them waiting, and each report is two API calls. Sent inside the pass,
+they held up its writes, evictions and gate lifts, and so every pod behind them; and a pod placed
+a pass later had its "cannot allocate" sent just before its "allocated", two calls more that told
+nobody anything. So the pass only hands reports here, and they go out a few at a time while the
+allocation work goes on:
+
+* the newest reason for a pod wins: one not yet sent is replaced, never queued behind;
+* a pod's first reason goes out at once, a changed one at most every `interval_s` after the last
+  (while a queue reclaims, or capacity comes and goes, a pod's reason can change every pass:
+  "evicting these for you", then "waiting for their devices", or "no node fits" and "the free
+  GPUs are held for other queues" in turns);
+* a pod whose gate is about to come off drops what was not sent yet, and waits for a report
+  already on the wire, so that "allocated" is always the pod's last word (`settle`);
+* the "allocated" condition is written only over a "cannot allocate" that was actually sent.
+
+Everything here runs on the event loop's thread; the API calls run in its executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+from kubernetes import client
+
+from controller.informer import Key, Obj, key_of
+from controller.kube_calls import ControllerApi
+
+log = structlog.get_logger(__name__)
+
+#: Reports in flight at once: few, so that the pass's own calls are never queued behind them
+#: in the API threads.
+REPORT_CONCURRENCY = 4
+
+
+class Reporter:
+    def __init__(
+        self,
+        api: ControllerApi,
+        condition_type: str,
+        *,
+        interval_s: float = 10.0,
+        concurrency: int = REPORT_CONCURRENCY,
+    ) -> None:
+        self.api = api
+        self._interval_s = interval_s
+        self._condition_type = condition_type
+        self._concurrency = concurrency
+        self._limit: asyncio.Semaphore | None = None
+        self._newest: dict[Key, tuple[Obj, str]] = {}
+        """Pod → the newest report not yet sent (the pod as last seen, and the reason)."""
+        self._shown: set[Key] = set()
+        """Pods whose condition now says they cannot be allocated (a report was sent)."""
+        self._tasks: dict[Key, asyncio.Task[None]] = {}
+        """Pod → the task sending its reports, from the first one queued to the last sent."""
+        self._on_wire: set[Key] = set()
+        """Pods whose report is being sent at this moment."""
+        self._sent_at: dict[Key, float] = {}
+        """Pod → when its last report was sent (monotonic seconds)."""
+
+    def report(self, pod: Obj, reason: str) -> None:
+        """Queue why `pod` waits; replaces a reason of the same pod not yet sent."""
+        key = key_of(pod)
+        self._newest[key] = (pod, reason)
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.ensure_future(self._send(key))
+
+    def pending(self) -> int:
+        """Pods with a report queued or being sent."""
+        return len(self._tasks)
+
+    async def settle(self, key: Key) -> bool:
+        """Before the pod's gate comes off: drop its unsent report and wait for one being sent.
+        Whether the pod's condition says it cannot be allocated (so "allocated" must follow)."""
+        self._newest.pop(key, None)
+        task = self._tasks.get(key)
+        if task is not None:
+            if key in self._on_wire:
+                await asyncio.wait([task])
+            else:
+                task.cancel()  # waiting for its turn: nothing of it was sent
+                self._tasks.pop(key, None)
+        return key in self._shown
+
+    def forget(self, key: Key) -> None:
+        """The pod is gone or no longer ours to report on."""
+        self._newest.pop(key, None)
+        self._shown.discard(key)
+        self._sent_at.pop(key, None)
+
+    async def drain(self) -> None:
+        """Wait until every queued report was sent (tests; a clean stop)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks.values()))
+
+    def cancel(self) -> None:
+        """Drop every queued report (stepping down, stopping); those on the wire finish."""
+        self._newest.clear()
+        self._shown.clear()
+        self._sent_at.clear()
+        for key, task in list(self._tasks.items()):
+            if key not in self._on_wire:
+                task.cancel()
+                self._tasks.pop(key, None)
+
+    async def _send(self, key: Key) -> None:
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self._concurrency)
+        try:
+            while key in self._newest:
+                sent_at = self._sent_at.get(key)
+                if sent_at is not None:
+                    # A pacing delay, not a wait for another task: a changed reason waits
+                    # out the interval, and whatever is newest then is what goes.
+                    await asyncio.sleep(max(0.0, sent_at + self._interval_s - time.monotonic()))
+                    if key not in self._newest:
+                        return
+                async with self._limit:
+                    newest = self._newest.pop(key, None)
+                    if newest is None:
+                        return  # settled or forgotten while it waited for its turn
+                    pod, reason = newest
+                    self._on_wire.add(key)
+                    try:
+                        await self._send_one(pod, reason)
+                    finally:
+                        self._on_wire.discard(key)
+                        self._sent_at[key] = time.monotonic()
+        finally:
+            if self._tasks.get(key) is asyncio.current_task():
+                del self._tasks[key]
+
+    async def _send_one(self, pod: Obj, reason: str) -> None:
+        key = key_of(pod)
+        try:
+            await asyncio.to_thread(
+                self.api.post_pod_event, pod, "Warning", "FailedAllocation", reason
+            )
+            await set_condition(self.api, self._condition_type, pod, False, "Unallocatable", reason)
+        except (client.ApiException, OSError) as err:
+            log.warning("cannot report why a pod waits", pod=key, error=str(err))
+            return
+        self._shown.add(key)
+
+
+async def set_condition(
+    api: ControllerApi, condition_type: str, pod: Obj, ok: bool, reason: str, message: str
+) -> None:
+    """Our condition on the pod, and only ours: the strategic merge keys conditions by type, so
+    the others stay as their writers left them (resending our cached copies could revert newer
+    ones)."""
+    mine = {
+        "type": condition_type,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        await asyncio.to_thread(api.patch_pod_conditions, pod, [mine])
+    except client.ApiException as err:
+        log.info("cannot set the pod condition", pod=key_of(pod), status=err.status)
