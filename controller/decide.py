@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.informer import Key, Obj, key_of
-from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator import AllocationError, InputError
 from dra_driver.allocator.result import allocation_node
@@ -86,7 +85,7 @@ def _pod_state(view: ClusterView, pod: Obj, taken: set[Key]) -> _PodState | Outc
             f"({', '.join(sorted(n for n in on_nodes if n))})"
         )
     pinned = next(iter(on_nodes), None)
-    eligible = eligible_nodes(pod, view.nodes.values())
+    eligible = view.eligibility(pod)
     nodes = [n for n in eligible.nodes if pinned is None or n == pinned]
     if not nodes:
         if pinned is not None and pinned not in eligible.nodes:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from controller.decide import no_room
 from controller.informer import Key, Obj, key_of
-from controller.pod_nodes import eligible_nodes
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
 from dra_driver.queues import ZERO, Amounts, Ledger, Running, allocation_amounts
@@ -29,7 +28,7 @@ def usable_nodes(view: ClusterView, pod: Obj, claims: Sequence[Obj]) -> list[str
     """The nodes a pod may run on (its selectors, affinity and tolerations), narrowed to the node
     of a claim it holds already: reclaim for it frees room on these alone."""
     pinned = {n for c in claims if (a := allocation_of(c)) and (n := allocation_node(a))}
-    nodes = eligible_nodes(pod, view.nodes.values()).nodes
+    nodes = view.eligibility(pod).nodes
     return [n for n in nodes if not pinned or n in pinned]
 
 

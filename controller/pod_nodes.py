@@ -92,6 +92,19 @@ def rejection(pod: Obj, node: Obj) -> str | None:
     return None
 
 
+def constrains_node(pod: Obj) -> bool:
+    """Whether the pod says anything about its node (a name, a selector, required affinity,
+    tolerations). A pod that does not is allowed on exactly the nodes every such pod is, so
+    their eligibility is worked out once and shared."""
+    spec = pod.get("spec") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    return bool(
+        spec.get("nodeName") or spec.get("nodeSelector") or required or spec.get("tolerations")
+    )
+
+
 def eligible_nodes(pod: Obj, nodes: Iterable[Obj]) -> Eligibility:
     allowed: list[str] = []
     rejected: dict[str, str] = {}

@@ -312,6 +312,17 @@ class QueueKeeper:
 
     # --- holds -----------------------------------------------------------------------------------
 
+    def nothing_freed_yet(self, pod: Key) -> bool:
+        """The pod waits on its hold and none of the claims its victims held has been released:
+        what was freed for it is not there yet, so deciding it again would search every node
+        to fail as it did. While a queue reclaims for hundreds of pods, that was most of each
+        pass's deciding. (Room freed elsewhere meanwhile waits until its own victims go or the
+        hold ends; a gang is decided as a whole and always again.)"""
+        hold = self.holds.get(pod)
+        if hold is None or hold.gang is not None or not hold.claims:
+            return False
+        return all(allocation_of(self.view.claims.get(key)) is not None for key in hold.claims)
+
     def expire_holds(self, gated: set[Key]) -> None:
         now = time.monotonic()
         for key in [k for k in self.explained if k not in gated]:

@@ -293,7 +293,8 @@ class Reconciler:
             heapq.heappop(self.state.idle_due)
             idle_came_due = True
         for key, generation in list(self.state.waiting.items()):
-            if idle_came_due or generation != self.view.generation:
+            moved = idle_came_due or generation != self.view.generation
+            if moved and not self.queues.nothing_freed_yet(key):
                 self.state.queue.setdefault(key)
         keys = list(self.state.queue)  # the queue pass orders the units (see `queueing`)
         self.state.queue.clear()

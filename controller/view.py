@@ -24,6 +24,7 @@ import structlog
 
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.node_load import NodeLoad, counted_node
+from controller.pod_nodes import Eligibility, constrains_node, eligible_nodes
 from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage, VerdictCache
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.result import allocation_node
@@ -104,6 +105,9 @@ class ClusterView:
         self.load = NodeLoad()
         """Per node, what the pods counted against it request."""
         self._allocatable: dict[str, Resources | None] = {}
+        self._unconstrained: Eligibility | None = None
+        """The nodes a pod that constrains nothing about its node may go to (`eligibility`),
+        until a node changes."""
         """Node → its parsed `status.allocatable` (None: it publishes none), parsed once."""
         self.generation = 0
         """Bumped on every change that can make a pod that did not fit fit now."""
@@ -124,6 +128,16 @@ class ClusterView:
     @property
     def nodes(self) -> dict[Key, Obj]:
         return self.objects["nodes"]
+
+    def eligibility(self, pod: Obj) -> Eligibility:
+        """`eligible_nodes` over every node, worked out once for all the pods that constrain
+        nothing about their node: every waiting pod is decided in every pass it may fit, and
+        reading each node's taints and conditions for each of them was a large part of it."""
+        if constrains_node(pod):
+            return eligible_nodes(pod, self.nodes.values())
+        if self._unconstrained is None:
+            self._unconstrained = eligible_nodes(pod, self.nodes.values())
+        return self._unconstrained
 
     def placer(self) -> Placer:
         """The allocator over the current state, rebuilt only when slices, classes or nodes
@@ -219,6 +233,7 @@ class ClusterView:
             store[event.key] = event.obj
         if event.resource == "nodes":
             self._allocatable.pop(event.key[1], None)
+            self._unconstrained = None
         if event.resource in SNAPSHOT_KINDS:
             if self._placer is not None:
                 self._placer = None

@@ -27,6 +27,7 @@ None: every unit is busy and the order is the one without idleness.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -282,6 +283,8 @@ def costliest_first(unit: Unit) -> tuple[object, ...]:
     return (unit.idle, -unit.priority, unit.created)
 
 
+@functools.lru_cache(maxsize=4096)
 def _newest_first(created: str) -> tuple[int, ...]:
-    """A sort key that puts later RFC 3339 timestamps first."""
+    """A sort key that puts later RFC 3339 timestamps first. Cached: a pass ranks every
+    borrowed pod for every waiting pod, and pods created in the same second share a key."""
     return tuple(-ord(c) for c in created)

@@ -6,7 +6,7 @@ import asyncio
 
 from controller.decide import Decision, decide
 from controller.informer import Event
-from tests.unit.controller.viewkit import claim, cluster, pod, put, stamped
+from tests.unit.controller.viewkit import claim, cluster, node, pod, put, stamped
 
 NODE = {"node-a": "H100-SXM5-80GB:1"}
 
@@ -68,3 +68,23 @@ async def test_claims_caught_up_waits_for_the_watch_or_times_out() -> None:
     waiting = asyncio.create_task(view.claims_caught_up(target, 5.0))
     put(view, "resourceclaims", claim("late"))
     assert await waiting
+
+
+async def test_eligibility_is_shared_by_unconstrained_pods_until_a_node_changes() -> None:
+    view = cluster({"node-1": "H100-SXM5-80GB:1", "node-2": "H100-SXM5-80GB:1"})
+    plain = pod("p", [])
+    assert view.eligibility(plain).nodes == ["node-1", "node-2"]
+    assert view.eligibility(pod("q", [])) is view.eligibility(plain)
+    # A pod that names its node gets its own answer.
+    pinned = pod("r", [])
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-2"}
+    assert view.eligibility(pinned).nodes == ["node-2"]
+    # node-1 is cordoned: the watch brings it, and what every plain pod sees changes with it.
+    cordoned = node("node-1")
+    cordoned["spec"] = {"unschedulable": True}
+    put(view, "nodes", cordoned, kind="MODIFIED")
+    assert view.eligibility(plain).nodes == ["node-2"]
+    assert view.eligibility(plain).rejected == {"node-1": "cordoned (unschedulable)"}
+    tolerant = pod("t", [])
+    tolerant["spec"]["tolerations"] = [{"operator": "Exists"}]
+    assert view.eligibility(tolerant).nodes == ["node-2"]

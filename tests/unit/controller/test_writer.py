@@ -229,6 +229,56 @@ def test_deallocate_clears_the_allocation_then_our_finalizer_only(
     assert after["metadata"]["finalizers"] == ["example.com/keep"]
 
 
+class _Counting(ControllerApi):
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.status_writes = 0
+
+    def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+        self.status_writes += 1
+        return super().patch_claim_status(claim, status)
+
+
+def test_deallocate_of_a_deleted_claim_only_we_hold_is_one_write(
+    api: client.ApiClient, calls: ControllerApi
+) -> None:
+    claim = writer(calls).mark(new_claim(api))
+    assert claim is not None
+    claim = writer(calls).allocate(claim, ALLOCATION, [])
+    name = claim["metadata"]["name"]
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", name
+    )
+    deleting = calls.get_claim("default", name)
+    assert deleting["metadata"]["deletionTimestamp"]
+    counting = _Counting(calls)
+    freed = writer(counting).deallocate(deleting)
+    assert counting.status_writes == 0
+    with pytest.raises(client.ApiException) as raised:
+        calls.get_claim("default", name)
+    assert raised.value.status == 404
+    # The deletion's resourceVersion: what the DELETED event brings, for the watch to catch up to.
+    assert freed > int(deleting["metadata"]["resourceVersion"])
+
+
+def test_deallocate_of_a_deleted_claim_another_finalizer_holds_clears_its_allocation(
+    api: client.ApiClient, calls: ControllerApi
+) -> None:
+    claim = writer(calls).mark(new_claim(api, finalizers=["example.com/keep"]))
+    assert claim is not None
+    claim = writer(calls).allocate(claim, ALLOCATION, [])
+    name = claim["metadata"]["name"]
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", name
+    )
+    counting = _Counting(calls)
+    assert writer(counting).deallocate(calls.get_claim("default", name)) > 0
+    after = calls.get_claim("default", name)
+    assert counting.status_writes == 1
+    assert "allocation" not in after.get("status", {})
+    assert after["metadata"]["finalizers"] == ["example.com/keep"]
+
+
 def test_deallocate_of_a_stale_copy_is_a_conflict(
     api: client.ApiClient, calls: ControllerApi
 ) -> None:
