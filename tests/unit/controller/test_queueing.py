@@ -556,6 +556,25 @@ async def test_reclaim_evicts_the_newest_borrowed_pod_and_holds_its_devices() ->
         "queue b is below its guarantee (holds 0 of 1 guaranteed GPUs): waiting for the devices "
         "of 1 evicted pod(s) on node n1"
     )
+    this.finish()
+    # Until a2's claim is released, nothing was freed for b1: it is not decided again.
+    assert keeper.nothing_freed_yet(("qb", "b1"))
+    assert not keeper.nothing_freed_yet(("qa", "a1"))  # no hold
+    # The queue's standing in the reason stays the one the victims were chosen at, though b's
+    # usage moved meanwhile (a claim of b counted as allocated; its device does not matter here).
+    put(view, "resourceclaims", allocated("b0", "qb", "gpu-0"), kind="ADDED")
+    again = QueuePass.start(keeper, [[b1]], [b1])
+    assert again.failed([b1], outcome).startswith(
+        "queue b is below its guarantee (holds 0 of 1 guaranteed GPUs): waiting for"
+    )
+    again.finish()
+    put(
+        view,
+        "resourceclaims",
+        objects.claim("a2", objects.request("req", "gpu", 1), namespace="qa"),
+        kind="MODIFIED",
+    )
+    assert not keeper.nothing_freed_yet(("qb", "b1"))
 
 
 async def test_reclaim_never_takes_a_queue_past_its_guarantee() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -1231,3 +1232,43 @@ async def test_a_release_that_fails_is_retried_and_the_claims_after_it_go_on(
         assert not cluster.get_claim("b-fails")["metadata"].get("finalizers")
         assert cluster.get_claim("a-busy")["metadata"]["finalizers"] == [FINALIZER]
         assert deallocations(daemon) == 0  # finalizers only: none of them held devices
+
+
+class _SlowLift(ControllerApi):
+    """The gate lift waits until the test lets it through."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def patch_pod(self, pod: Any, spec: Any) -> dict[str, Any]:
+        self.entered.set()
+        self.release.wait(10)
+        return super().patch_pod(pod, spec)
+
+
+async def test_a_pass_during_a_gate_lift_leaves_that_pod_alone(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    async with controlled(api, settle_s=0.1) as daemon:
+        slow = _SlowLift(daemon.calls)
+        use(daemon, slow)
+        await known(daemon, "p")
+        await daemon.reconciler.run_pass()
+        # The settle time ends and the lift starts on its own, with no pass running.
+        await eventually(slow.entered.is_set, what="the lift under way")
+        daemon.reconciler.resync()  # the safety net queues every gated pod, p among them
+        await daemon.reconciler.run_pass()
+        # p was neither decided nor reported again: it stays queued until its lift is over.
+        assert daemon.metrics.allocations._value.get() == 1
+        assert failures(daemon) == 0
+        assert ("default", "p") in daemon.reconciler.state.queue
+        slow.release.set()
+        await daemon.reconciler.drain()
+        assert not cluster.gated("p")
+        assert daemon.reconciler.state.lifting == set()
+        await daemon.reconciler.run_pass()  # and the next pass forgets it
+        assert ("default", "p") not in daemon.reconciler.state.queue
