@@ -22,6 +22,7 @@ so evicted pods go at once).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -138,10 +139,8 @@ class Cluster:
         self._stopped.set()
         response = self._response
         if response is not None:
-            try:
+            with contextlib.suppress(OSError):  # closed already
                 response.shutdown()  # wakes the thread out of its blocking read
-            except OSError:
-                pass  # closed already
 
     def _run(self) -> None:
         # The server ends a watch now and then: list to catch up, then watch again from there.
