@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -37,7 +37,8 @@ class ApiServer:
     kube-apiserver's rules to every built-in kind the project uses, `dra_driver.validation`;
     pass `validators={}` to drop them; status writes always get the status strategies of
     `localcluster/validation.py`). `history` bounds the watch history (older start RVs get 410
-    Gone); `bookmark_interval_s` paces BOOKMARK events for watches that ask for them.
+    Gone); `bookmark_interval_s` paces BOOKMARK events for watches that ask for them;
+    `request_log`, when given, gets a line per request (see `localcluster.http`).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class ApiServer:
         validators: Mapping[str, Validator] | None = None,
         history: int = DEFAULT_WATCH_HISTORY,
         bookmark_interval_s: float = 5.0,
+        request_log: TextIO | None = None,
     ) -> None:
         chosen = dict(DEFAULT_VALIDATORS if validators is None else validators)
         types = [
@@ -76,6 +78,7 @@ class ApiServer:
         self._host = host
         self._port = port
         self._bookmark_interval_s = bookmark_interval_s
+        self._request_log = request_log
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -83,7 +86,9 @@ class ApiServer:
         """Bind and serve in a daemon thread; returns once the socket is listening."""
         if self._server is not None:
             raise RuntimeError("the API server is already running")
-        self._server = Server((self._host, self._port), self.store, self._bookmark_interval_s)
+        self._server = Server(
+            (self._host, self._port), self.store, self._bookmark_interval_s, self._request_log
+        )
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},

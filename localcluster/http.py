@@ -18,10 +18,12 @@ import json
 import select
 import socket
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from localcluster import discovery, errors
@@ -52,10 +54,27 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], store: Store, bookmark_interval_s: float) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Store,
+        bookmark_interval_s: float,
+        request_log: TextIO | None = None,
+    ) -> None:
         super().__init__(address, Handler)
         self.store = store
         self.bookmark_interval_s = bookmark_interval_s
+        self.request_log = request_log
+        """Gets `<unix time> <method> <path> [watch]` per request: how benchmarks count the
+        calls a client makes (the path without its query)."""
+        self._log_lock = threading.Lock()
+
+    def log_request_line(self, method: str, path: str, watch: bool) -> None:
+        if self.request_log is None:
+            return
+        line = f"{time.time():.3f} {method} {path}{' watch' if watch else ''}\n"
+        with self._log_lock:
+            self.request_log.write(line)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that drops its kept-alive connection is not an error of the server (the
@@ -150,6 +169,8 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        watch = query.get("watch", "").lower() in _TRUE
+        self.server.log_request_line(method, url.path, watch)
         parts = [unquote(p) for p in url.path.split("/") if p]
         # Always consume the body first, so an early error keeps keep-alive in step.
         length = int(self.headers.get("Content-Length") or 0)

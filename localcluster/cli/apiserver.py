@@ -39,7 +39,11 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _stop)
-    with ApiServer(port=args.port, history=args.watch_history) as server:
+    log = args.request_log.open("a", buffering=1) if args.request_log is not None else None
+    with (
+        contextlib.closing(log) if log is not None else contextlib.nullcontext(),
+        ApiServer(port=args.port, history=args.watch_history, request_log=log) as server,
+    ):
         print(f"API server listening on {server.url}", flush=True)
         if args.kubeconfig_out is not None:
             path = server.write_kubeconfig(args.kubeconfig_out)
@@ -78,5 +82,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="EVENTS",
         help="writes kept for watches to resume from; a watch from an older resourceVersion "
         f"gets 410 Gone and must list again (default {DEFAULT_WATCH_HISTORY})",
+    )
+    parser.add_argument(
+        "--request-log",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="append a line per request to PATH (Unix time, method, path, `watch` for a watch), "
+        "to count what a client sends",
     )
     parser.set_defaults(run=run)

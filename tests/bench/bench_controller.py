@@ -10,7 +10,9 @@ the gated pods and watches them. A pod's latency is from just before its create 
 watch event that shows its gate gone; pods/s is the pod count over the time from the first
 create to the last gate lifted. Half the pods ask for a whole GPU, half for a MIG slice (1g, 2g
 or 3g). Peak RSS is the controller process's high-water mark (VmHWM). `BENCH_WRAP` (a command
-line, e.g. a sampling profiler) is put in front of the controller's command when set.
+line, e.g. a sampling profiler) is put in front of the controller's command when set;
+`BENCH_REQUEST_LOG=1` has the API server log every request to `requests.log` in the work
+directory (`dra-driver apiserver --request-log`), to count the calls the controller makes.
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ def start_apiserver(workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
             "apiserver",
             f"--port={port}",
             f"--kubeconfig-out={kubeconfig}",
+            *(
+                [f"--request-log={workdir / 'requests.log'}"]
+                if os.environ.get("BENCH_REQUEST_LOG")
+                else []
+            ),
         ],
         stdout=subprocess.DEVNULL,
         stderr=(workdir / "apiserver.log").open("wb"),

@@ -80,6 +80,8 @@ def test_serves_until_terminated(tmp_path: Path) -> None:
             "apiserver",
             "--kubeconfig-out",
             str(kubeconfig),
+            "--request-log",
+            str(tmp_path / "requests.log"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -95,6 +97,8 @@ def test_serves_until_terminated(tmp_path: Path) -> None:
         assert [n.metadata.name for n in api.list_node().items] == ["cli-node"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+        logged = [line.split()[1:] for line in (tmp_path / "requests.log").read_text().splitlines()]
+        assert logged == [["POST", "/api/v1/nodes"], ["GET", "/api/v1/nodes"]]
     finally:
         if proc.poll() is None:
             proc.kill()
