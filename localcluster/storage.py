@@ -185,7 +185,14 @@ class Store:
             self._cond.wait_for(lambda: self._closed or self._rv > after, timeout)
             if after < self._dropped_rv:
                 raise errors.gone(f"too old resource version: {after} ({self._dropped_rv})")
-            events = [e for e in self._history if e.rv > after]
+            # From the newest back: every watcher wakes on every write, and reading the whole
+            # history each time (under the lock writers wait for) cost more than the writes.
+            events: list[Event] = []
+            for event in reversed(self._history):
+                if event.rv <= after:
+                    break
+                events.append(event)
+            events.reverse()
             return events, max(after, self._rv)
 
     def check_watchable(self, after: int) -> None:

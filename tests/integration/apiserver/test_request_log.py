@@ -19,9 +19,9 @@ def test_every_request_is_logged_with_its_method_path_and_whether_it_watches(
         api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": "team-a"}})
-        core.list_namespace(
-            resource_version="0", watch=True, timeout_seconds=0, _preload_content=False
-        ).release_conn()
+        # A watch the server ends after a second, read to its end.
+        watched = core.list_namespace(watch=True, timeout_seconds=1, _preload_content=False)
+        assert b"team-a" in watched.data
         core.list_namespaced_pod("team-a", label_selector="app=x")
     lines = [line.split() for line in log.getvalue().splitlines()]
     assert [line[1:] for line in lines] == [
