@@ -107,6 +107,8 @@ class Reconciler:
         """Work passes left running: evictions being carried out, gate lifts that came due."""
         self._timers: set[asyncio.TimerHandle] = set()
         """Gate lifts to start when the settle time of a pass's decisions is over."""
+        self._lifts: set[asyncio.Task[None]] = set()
+        """The gate lifts those timers started that are still under way."""
         self._wake = asyncio.Event()
         self.passes = 0
 
@@ -323,6 +325,8 @@ class Reconciler:
         step("writes_s")
         self.state.in_flight = []
         await self._lift_settled()  # what came due meanwhile
+        if self._lifts:  # and what a timer started meanwhile: a pass ends with its due lifts done
+            await asyncio.wait(list(self._lifts))
         step("lift_s")
         await self._withdraw_stale()
         await self._report_queues()
@@ -346,11 +350,12 @@ class Reconciler:
         for task in list(self._running):
             task.cancel()
 
-    def _background(self, work: Awaitable[None]) -> None:
+    def _background(self, work: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         task.add_done_callback(_log_failure)
+        return task
 
     async def drain(self) -> None:
         """Wait for the work a pass leaves running: evictions and reports (tests, and the
@@ -496,7 +501,9 @@ class Reconciler:
     def _settle_time_over(self) -> None:
         now = asyncio.get_running_loop().time()
         self._timers = {t for t in self._timers if not t.cancelled() and t.when() > now}
-        self._background(self._lift_due())
+        task = self._background(self._lift_due())
+        self._lifts.add(task)
+        task.add_done_callback(self._lifts.discard)
 
     async def _lift_due(self) -> None:
         try:

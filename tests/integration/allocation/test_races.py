@@ -149,6 +149,7 @@ async def test_allocation_landing_during_the_settle_time_keeps_the_gate_on(
         assert due is not None
         await eventually(lambda: time.monotonic() >= due, what="the settle time to pass")
         await reconciler.run_pass()
+        await reconciler.drain()  # the lift may have started on its own meanwhile
         assert cluster.gated("gated"), "the gate stays on: the device went to the other claim"
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert daemon.metrics.conflicts.labels("settled")._value.get() == 1

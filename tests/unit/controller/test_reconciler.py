@@ -4,6 +4,7 @@ gates, and the re-check at the end of the settle time."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import datetime
@@ -165,6 +166,7 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
         cluster.core.delete_namespaced_pod("p", "default")
         await settled(daemon)
         await daemon.reconciler.run_pass()  # the lift gets a 404: not an error
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert daemon.reconciler.next_deadline() is None
         assert ("default", "p") not in daemon.reconciler.state.queue
 
@@ -220,6 +222,7 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
         )
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert conflicts(daemon, "settled") == 1
@@ -508,6 +511,7 @@ async def test_a_pod_changed_while_settling_has_its_gate_lifted_from_its_current
         )
         await settled(daemon)
         await daemon.reconciler.run_pass()  # the lift's precondition is the pod as it is now
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert not cluster.gated("p")
 
 
@@ -645,6 +649,7 @@ async def test_a_claim_deleted_outright_while_settling_keeps_the_gate_on(
         await eventually(lambda: ("default", "c") not in daemon.view.claims, what="deletion")
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert conflicts(daemon, "settled") == 1
         assert cluster.gated("p")  # a pod whose claim is gone must not start
 
@@ -788,6 +793,7 @@ async def test_a_node_filled_while_settling_drops_the_decision(
         await known(daemon, "bound")
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert conflicts(daemon, "settled") == 1
         assert cluster.gated("p")
         assert "allocation" not in cluster.get_claim("c").get("status", {})
@@ -806,6 +812,7 @@ async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_fil
         await daemon.reconciler.run_pass()
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert not cluster.gated("first")
         # A second pod shares the claim: its node is the claim's, nothing is allocated for it.
         joining = pod("second", ["c"])
@@ -823,6 +830,7 @@ async def test_a_pod_joining_an_allocated_claim_is_let_go_even_when_its_node_fil
         await known(daemon, "bound")
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert conflicts(daemon, "settled") == 0
         assert not cluster.gated("second")
 
@@ -968,6 +976,7 @@ async def test_a_gang_member_deleted_while_settling_does_not_hold_back_the_other
         await eventually(lambda: ("default", deleted) not in daemon.view.pods, what="deletion")
         await settled(daemon)
         await daemon.reconciler.run_pass()
+        await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         kept = ({"a", "b"} - {deleted}).pop()
         assert not cluster.gated(kept)
         assert daemon.reconciler.next_deadline() is None
@@ -1249,7 +1258,7 @@ class _SlowLift(ControllerApi):
 
 
 async def test_a_pass_during_a_gate_lift_leaves_that_pod_alone(
-    cluster: Cluster, api: client.ApiClient
+    cluster: Cluster, api: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster.create_claim(claim("c"))
     cluster.create_pod(pod("p", ["c"]))
@@ -1260,15 +1269,28 @@ async def test_a_pass_during_a_gate_lift_leaves_that_pod_alone(
         await daemon.reconciler.run_pass()
         # The settle time ends and the lift starts on its own, with no pass running.
         await eventually(slow.entered.is_set, what="the lift under way")
+        chosen: list[list[str]] = []
+        units = daemon.reconciler._units
+
+        def recording(keys: Any) -> list[list[dict[str, Any]]]:
+            found = units(keys)
+            chosen.append([p["metadata"]["name"] for unit in found for p in unit])
+            return found
+
+        monkeypatch.setattr(daemon.reconciler, "_units", recording)
         daemon.reconciler.resync()  # the safety net queues every gated pod, p among them
-        await daemon.reconciler.run_pass()
-        # p was neither decided nor reported again: it stays queued until its lift is over.
+        running = asyncio.ensure_future(daemon.reconciler.run_pass())
+        await eventually(lambda: bool(chosen), what="the pass choosing what to decide")
+        # p was neither decided nor reported again: it stays queued until its lift is over,
+        # and the pass ends with the lift it overlapped.
+        assert chosen == [[]]
+        assert ("default", "p") in daemon.reconciler.state.queue
+        assert not running.done()
+        slow.release.set()
+        await running
+        assert not cluster.gated("p")
         assert daemon.metrics.allocations._value.get() == 1
         assert failures(daemon) == 0
-        assert ("default", "p") in daemon.reconciler.state.queue
-        slow.release.set()
-        await daemon.reconciler.drain()
-        assert not cluster.gated("p")
         assert daemon.reconciler.state.lifting == set()
         await daemon.reconciler.run_pass()  # and the next pass forgets it
         assert ("default", "p") not in daemon.reconciler.state.queue
