@@ -167,7 +167,14 @@ async def queue_status(
 
 
 async def known(daemon: ControllerDaemon, *pods: tuple[str, str]) -> None:
-    await eventually(lambda: all(p in daemon.view.pods for p in pods), what="pods in view")
+    """The pods and their claims are in the controller's view (they come on two watches: a pass
+    run while a pod's claim is still on its way only finds the pod waiting for it)."""
+
+    def seen() -> bool:
+        found = [daemon.view.pods.get(p) for p in pods]
+        return all(pod is not None and daemon.view.pod_claims(pod) is not None for pod in found)
+
+    await eventually(seen, what="pods and their claims in view")
 
 
 def release_claims_of_gone_pods(cluster: Cluster, namespace: str) -> None:
