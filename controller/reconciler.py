@@ -180,7 +180,6 @@ class Reconciler:
         """A pod no longer gated (allocated, deleted, its gate taken off by someone else)."""
         self.state.queue.pop(key, None)
         self.state.waiting.pop(key, None)
-        self.state.reported.pop(key, None)
         self.reports.forget(key)
         self.state.seen_at.pop(key, None)
 
@@ -269,7 +268,7 @@ class Reconciler:
         for key, claim in self.view.claims.items():
             if self.config.finalizer in (claim["metadata"].get("finalizers") or []):
                 self.state.dealloc.add(key)
-        self.state.reported.clear()
+        self.reports.cancel()  # what the last term reported is reported afresh
         self._wake.set()
 
     def step_down(self) -> None:
@@ -699,11 +698,9 @@ class Reconciler:
         for pod in pods:
             key = key_of(pod)
             self.state.waiting[key] = self.view.generation
-            if isinstance(outcome, NotYet) or self.state.reported.get(key) == outcome.reason:
+            if isinstance(outcome, NotYet) or not self.reports.report(pod, outcome.reason):
                 continue
-            self.state.reported[key] = outcome.reason
             log.info("pod cannot be allocated", pod=f"{key[0]}/{key[1]}", reason=outcome.reason)
-            self.reports.report(pod, outcome.reason)
 
     # --- deallocation ------------------------------------------------------------------------
 

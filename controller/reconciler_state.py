@@ -38,11 +38,6 @@ class ReconcilerState:
     its queue's `idleReclaim.after`: every waiting pod is decided again then (it may evict
     them now), and only then, not at every device condition the plugins write."""
 
-    reported: dict[Key, str] = field(default_factory=dict)
-    """Pod → the reason last handed to the reporter (`controller.reports`, which sends it off
-    the pass's path), so a reason that stays the same is reported once. Filled by `_failed`; a
-    pod leaves it when it is forgotten; emptied on taking over the lead."""
-
     seen_at: dict[Key, float] = field(default_factory=dict)
     """Gated pod → when it was first seen gated: the start of its allocation latency, and the
     pods the pending gauges count. Filled by pod events and `resync`; a pod leaves it when it is

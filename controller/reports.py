@@ -7,6 +7,7 @@ a pass later had its "cannot allocate" sent just before its "allocated", two cal
 nobody anything. So the pass only hands reports here, and they go out a few at a time while the
 allocation work goes on:
 
+* a reason the same as the pod's last one is not reported again;
 * the newest reason for a pod wins: one not yet sent is replaced, never queued behind;
 * a pod's first reason goes out at once, a changed one at most every `interval_s` after the last
   (while a queue reclaims, or capacity comes and goes, a pod's reason can change every pass:
@@ -51,6 +52,9 @@ class Reporter:
         self._condition_type = condition_type
         self._concurrency = concurrency
         self._limit: asyncio.Semaphore | None = None
+        self._reasons: dict[Key, str] = {}
+        """Pod → the last reason handed in (sent or not), so that one that stays is reported
+        once."""
         self._newest: dict[Key, tuple[Obj, str]] = {}
         """Pod → the newest report not yet sent (the pod as last seen, and the reason)."""
         self._shown: set[Key] = set()
@@ -62,12 +66,17 @@ class Reporter:
         self._sent_at: dict[Key, float] = {}
         """Pod → when its last report was sent (monotonic seconds)."""
 
-    def report(self, pod: Obj, reason: str) -> None:
-        """Queue why `pod` waits; replaces a reason of the same pod not yet sent."""
+    def report(self, pod: Obj, reason: str) -> bool:
+        """Queue why `pod` waits (it replaces a reason of the same pod not yet sent); False when
+        it is the reason the pod was last reported to wait for, which is not sent again."""
         key = key_of(pod)
+        if self._reasons.get(key) == reason:
+            return False
+        self._reasons[key] = reason
         self._newest[key] = (pod, reason)
         if key not in self._tasks:
             self._tasks[key] = asyncio.ensure_future(self._send(key))
+        return True
 
     def pending(self) -> int:
         """Pods with a report queued or being sent."""
@@ -88,6 +97,7 @@ class Reporter:
 
     def forget(self, key: Key) -> None:
         """The pod is gone or no longer ours to report on."""
+        self._reasons.pop(key, None)
         self._newest.pop(key, None)
         self._shown.discard(key)
         self._sent_at.pop(key, None)
@@ -98,7 +108,9 @@ class Reporter:
             await asyncio.wait(list(self._tasks.values()))
 
     def cancel(self) -> None:
-        """Drop every queued report (stepping down, stopping); those on the wire finish."""
+        """Drop every queued report and what was reported (stepping down, stopping: the next
+        leader reports afresh); those on the wire finish."""
+        self._reasons.clear()
         self._newest.clear()
         self._shown.clear()
         self._sent_at.clear()
