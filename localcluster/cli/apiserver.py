@@ -33,13 +33,19 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: registering the command must not load the HTTP server.
     from localcluster.apiserver import ApiServer  # noqa: PLC0415
 
+    log = None
+    if args.request_log is not None:
+        try:
+            log = args.request_log.open("a", buffering=1)
+        except OSError as err:
+            print(f"--request-log: cannot write {args.request_log}: {err}", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, _stop)
-    log = args.request_log.open("a", buffering=1) if args.request_log is not None else None
     with (
         contextlib.closing(log) if log is not None else contextlib.nullcontext(),
         ApiServer(port=args.port, history=args.watch_history, request_log=log) as server,

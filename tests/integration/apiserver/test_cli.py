@@ -29,6 +29,15 @@ def test_watch_history_must_be_positive(capsys: pytest.CaptureFixture[str]) -> N
     assert args.watch_history == 7
 
 
+def test_a_request_log_that_cannot_be_written_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-dir" / "requests.log"
+    args = build_parser().parse_args(["apiserver", "--request-log", str(missing)])
+    assert args.run(args) == 2
+    assert f"--request-log: cannot write {missing}" in capsys.readouterr().err
+
+
 def test_watch_history_bounds_what_a_watch_can_resume_from(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
