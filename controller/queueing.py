@@ -131,6 +131,19 @@ class QueueSettings:
     hold_s: float = 60.0
 
 
+@dataclass(frozen=True, slots=True)
+class _SeenRunning:
+    """A pod's `Running` entry (None: not an eviction candidate) and the objects it was made
+    from."""
+
+    pod: Obj
+    tree: QueueTree
+    builds: int
+    claim_keys: tuple[Key, ...]
+    claims: tuple[Obj, ...]
+    entry: Running | None
+
+
 def _created(pod: Mapping[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
 
@@ -156,6 +169,9 @@ class QueueKeeper:
         self.explained: dict[Key, tuple[float, str, str]] = {}
         """Waiting pod (a unit's first) → when its failure was last explained, the reason
         without the explanation, and with it."""
+        self._seen_running: dict[Key, _SeenRunning] = {}
+        """Pod → its `Running` entry and what it was made from: every pass reads every pod,
+        and most did not change since the last one."""
 
     # --- the tree and the ledger -------------------------------------------------------------
 
@@ -227,13 +243,47 @@ class QueueKeeper:
             del self.evicting[key]
         for key in [k for k, t in self.spared.items() if t <= now]:
             del self.spared[key]
+        seen = self._seen_running
+        for key in [k for k in seen if k not in self.view.pods]:
+            del seen[key]
+        tree, builds = self.tree(), self.view.snapshot_builds
         for key, pod in self.view.pods.items():
             if key in self.evicting or key in self.spared:
                 continue
-            entry = self._running(key, pod)
+            kept = seen.get(key)
+            if kept is not None and self._unchanged(key, pod, tree, builds, kept):
+                entry = kept.entry
+            else:
+                entry = self._running(key, pod)
+                claims = self.view.pod_claims(pod)
+                if claims is not None and self._own_claims(key, [key_of(c) for c in claims]):
+                    seen[key] = _SeenRunning(
+                        pod, tree, builds, tuple(key_of(c) for c in claims), tuple(claims), entry
+                    )
+                else:
+                    seen.pop(key, None)
             if entry is not None:
                 found.append(entry)
         return found
+
+    def _unchanged(
+        self, key: Key, pod: Obj, tree: QueueTree, builds: int, kept: _SeenRunning
+    ) -> bool:
+        """The pod's `Running` entry was made from these very objects (the view replaces an
+        object on every change), and no other pod uses its claims."""
+        if kept.pod is not pod or kept.tree is not tree or kept.builds != builds:
+            return False
+        claims = self.view.claims
+        for claim_key, claim in zip(kept.claim_keys, kept.claims, strict=True):
+            if claims.get(claim_key) is not claim:
+                return False
+        return self._own_claims(key, kept.claim_keys)
+
+    def _own_claims(self, key: Key, claim_keys: Iterable[Key]) -> bool:
+        """No other pod uses these claims: whether such a pod is still alive matters to the
+        entry, and that is not in the objects compared."""
+        users = self.view.users
+        return all(user == key for claim in claim_keys for user in users.get(claim, ()))
 
     def _running(self, key: Key, pod: Obj) -> Running | None:
         meta = pod["metadata"]

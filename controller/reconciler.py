@@ -57,6 +57,9 @@ log = structlog.get_logger(__name__)
 
 #: Writes of one pass in flight at once (each is a few HTTP calls).
 WRITE_CONCURRENCY = 16
+#: When a pass finds the last GpuQueue status round still under way, the next round is due this
+#: much later.
+QUEUE_WRITE_RETRY_S = 0.5
 #: The shortest time between the starts of two passes.
 BATCH_WINDOW_S = 0.05
 #: How long a re-check waits for the claims watch to deliver our own write before it lists.
@@ -111,6 +114,10 @@ class Reconciler:
         """The gate lifts those timers started that are still under way."""
         self._wake = asyncio.Event()
         self.passes = 0
+        self._queue_write: asyncio.Task[None] | None = None
+        """The GpuQueue status round under way, if any."""
+        self._finalizing: set[Key] = set()
+        """Deleted claims being let go outside the passes (`_finalize_now`)."""
 
     # --- events ------------------------------------------------------------------------------
 
@@ -135,7 +142,8 @@ class Reconciler:
         if event.resource == "pods":
             self._pod_changed(event, old_claims)
         elif event.resource == "resourceclaims":
-            self.state.dealloc.add(event.key)
+            if not self._finalize_now(event):
+                self.state.dealloc.add(event.key)
             for pod in self.view.users.get(event.key, ()):
                 if self._gated(self.view.pods.get(pod)):
                     self.state.queue.setdefault(pod)
@@ -400,7 +408,15 @@ class Reconciler:
         pending = self.queues.pending_by_queue(self._gated_pods())
         idle = self.queues.idle_gpus()
         self.queue_metrics.update(ledger, pending, idle)
-        await self.queue_status.write(self.view.objects["gpuqueues"], ledger, pending, idle)
+        # Written off the pass's path (a write per queue that changed, one after another, held
+        # a pass up by a tenth of a second under load), one round at a time: a round still
+        # under way leaves this one to the next pass, which the status's due time brings on.
+        if self._queue_write is not None and not self._queue_write.done():
+            self.queue_status.due = time.monotonic() + QUEUE_WRITE_RETRY_S
+            return
+        self._queue_write = self._background(
+            self.queue_status.write(dict(self.view.objects["gpuqueues"]), ledger, pending, idle)
+        )
 
     def _units(self, keys: Iterable[Key]) -> list[list[Obj]]:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
@@ -712,6 +728,8 @@ class Reconciler:
         unused = []
         for key in sorted(candidates):
             claim = self.view.claims.get(key)
+            if key in self._finalizing:
+                continue  # being let go already
             if claim is not None and self._unused(key, claim):
                 unused.append((key, claim))
         limit = asyncio.Semaphore(WRITE_CONCURRENCY)
@@ -735,6 +753,51 @@ class Reconciler:
         # were evicted for are decided only once the view has them released.
         await asyncio.gather(*(deallocate(k, c) for k, c in unused))
         return freed
+
+    def _finalize_now(self, event: Event) -> bool:
+        """Let a deleted claim go at once, outside the passes, when nothing of ours still
+        needs it: unreserved, not assumed, in no decision being written. Whatever the next
+        pass decides cannot touch it (a pod whose claim is being deleted is not decided), so
+        it need not wait for the pass that would deallocate it, nor hold that pass up: reclaim
+        releases hundreds of such claims, and the pods they were evicted for wait for each.
+        True when the claim is being let go (or already was)."""
+        key = event.key
+        if key in self._finalizing:
+            return True
+        claim = self.view.claims.get(key)
+        if event.kind == "DELETED" or claim is None or not self._is_leader():
+            return False
+        if not claim["metadata"].get("deletionTimestamp") or not self._unused(key, claim):
+            return False
+        if any(key in d.claims for d in self.state.in_flight) or any(
+            key in d.claims for _, d in self.state.settling
+        ):
+            return False
+        self._finalizing.add(key)
+        self._background(self._finalize(key, claim))
+        return True
+
+    async def _finalize(self, key: Key, claim: Obj) -> None:
+        try:
+            await asyncio.to_thread(self.writer.deallocate, claim)
+        except NotLeaderError:
+            return  # the new leader's first pass deallocates it
+        except client.ApiException as err:
+            if err.status != 404:
+                log.info("deallocation failed; will retry", claim=key, status=err.status)
+                self.state.dealloc.add(key)
+                self._wake.set()
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            log.info("deallocation failed; will retry", claim=key, error=str(err))
+            self.state.dealloc.add(key)
+            self._wake.set()
+            return
+        finally:
+            self._finalizing.discard(key)
+        if allocation_of(claim) is not None:
+            self.metrics.deallocations.inc()
+            log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""

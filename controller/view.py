@@ -240,7 +240,9 @@ class ClusterView:
             self.generation += 1
         elif event.resource == "resourceclaims":
             self._claim_changed(event.key, None if event.kind == "DELETED" else event.obj)
-        elif event.resource == "gpuqueues":
+        elif event.resource == "gpuqueues" and not _status_only(current, event):
+            # The tree is made of names and specs: our own status writes (every few passes
+            # while queues move) leave it, and what was worked out from it, as it was.
             self.queue_revision += 1
             self.generation += 1  # a new guarantee or limit can let a waiting pod in
         if event.resource == "resourceclaims":
@@ -430,3 +432,10 @@ class ClusterView:
 
 def _allocation_node(allocation: Mapping[str, Any]) -> str:
     return allocation_node(allocation) or "*"
+
+
+def _status_only(old: Obj | None, event: Event) -> bool:
+    """A change to a GpuQueue's status alone (the queue and its spec are as they were)."""
+    if old is None or event.kind != "MODIFIED":
+        return False
+    return bool(old.get("spec") == event.obj.get("spec") and key_of(old) == event.key)

@@ -18,7 +18,6 @@ own rules, which this harness does not re-implement for custom resources.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import re
@@ -26,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from localcluster.errors import StatusCause
+from localcluster.json_copy import copy_json
 
 Schema = Mapping[str, Any]
 
@@ -85,15 +85,15 @@ def prune(schema: Schema, value: Any, *, root: bool = False) -> Any:
         items = schema.get("items")
         if isinstance(items, Mapping):
             return [prune(items, v) for v in value]
-        return copy.deepcopy(value)
+        return copy_json(value)
     if not isinstance(value, dict):
-        return copy.deepcopy(value)
+        return copy_json(value)
     properties = schema.get("properties")
     additional = schema.get("additionalProperties")
     out: dict[str, Any] = {}
     for key, item in value.items():
         if root and key in _ROOT_KEPT:
-            out[key] = copy.deepcopy(item)
+            out[key] = copy_json(item)
             continue
         sub: Schema | None = None
         if isinstance(properties, Mapping) and key in properties:
@@ -101,7 +101,7 @@ def prune(schema: Schema, value: Any, *, root: bool = False) -> Any:
         elif isinstance(additional, Mapping):
             sub = additional
         elif additional is True or schema.get(PRESERVE):
-            out[key] = copy.deepcopy(item)
+            out[key] = copy_json(item)
             continue
         if sub is None:
             continue  # unknown: dropped silently, as kube-apiserver prunes
@@ -125,7 +125,7 @@ def apply_defaults(schema: Schema, value: Any) -> Any:
     if isinstance(properties, Mapping):
         for key, sub in properties.items():
             if key not in value and isinstance(sub, Mapping) and "default" in sub:
-                value[key] = copy.deepcopy(sub["default"])
+                value[key] = copy_json(sub["default"])
             if key in value:
                 apply_defaults(sub, value[key])
     additional = schema.get("additionalProperties")

@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from localcluster.errors import ApiError, bad_request
+from localcluster.json_copy import copy_json
 from localcluster.patch_strategies import Strategies
 from localcluster.strategic_merge import strategic_merge_patch
 
@@ -23,8 +23,8 @@ JSON_PATCH = "application/json-patch+json"
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: the result of applying `patch` to `target` (neither is modified)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_json(patch)
+    result = copy_json(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -114,19 +114,19 @@ def json_patch(target: Any, operations: Any) -> Any:
     """RFC 6902: apply `operations` in order; all or nothing (target is not modified)."""
     if not isinstance(operations, list):
         raise bad_request("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(target)
+    doc = copy_json(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise bad_request(f"invalid JSON patch operation: {op!r}")
         kind, path = op["op"], op["path"]
         if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+            doc = _add(doc, path, copy_json(op.get("value")))
         elif kind == "remove":
             doc, _ = _remove(doc, path)
         elif kind == "replace":
             _get(doc, path)
             doc, _ = _remove(doc, path) if _pointer(path) else (doc, None)
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+            doc = _add(doc, path, copy_json(op.get("value")))
         elif kind == "test":
             if _get(doc, path) != op.get("value"):
                 raise ApiError(422, "Invalid", f"test operation failed at {path!r}")
@@ -134,7 +134,7 @@ def json_patch(target: Any, operations: Any) -> Any:
             doc, value = _remove(doc, op.get("from", ""))
             doc = _add(doc, path, value)
         elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_get(doc, op.get("from", ""))))
+            doc = _add(doc, path, copy_json(_get(doc, op.get("from", ""))))
         else:
             raise bad_request(f"unknown JSON patch operation {kind!r}")
     return doc

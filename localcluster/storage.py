@@ -24,7 +24,6 @@ Simplifications: namespaces need not exist before objects are created in them; l
 
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import secrets
@@ -37,6 +36,7 @@ from typing import Any
 
 from localcluster import errors
 from localcluster.create_status import status_on_create
+from localcluster.json_copy import copy_json
 from localcluster.patch_strategies import strategies_for
 from localcluster.patches import apply_patch
 from localcluster.resources import ResourceType
@@ -149,7 +149,7 @@ class Store:
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         with self._cond:
-            return copy.deepcopy(self._existing(rt, namespace, name))
+            return copy_json(self._existing(rt, namespace, name))
 
     def list_objects(
         self, rt: ResourceType, namespace: str | None, match: Predicate
@@ -157,7 +157,7 @@ class Store:
         """Matching objects (all namespaces when `namespace` is None) and the current RV."""
         with self._cond:
             items = [
-                copy.deepcopy(obj)
+                copy_json(obj)
                 for (ns, _), obj in sorted(self._objects[rt.key].items())
                 if (namespace is None or ns == namespace) and match(obj)
             ]
@@ -243,7 +243,7 @@ class Store:
             if status is not None:
                 obj["status"] = status
             obj = self._validate(rt, obj, None)
-            return copy.deepcopy(self._commit(rt, (namespace, name), obj, None, "ADDED"))
+            return copy_json(self._commit(rt, (namespace, name), obj, None, "ADDED"))
 
     def update(
         self,
@@ -258,7 +258,7 @@ class Store:
         with self._cond:
             old = self._existing(rt, namespace, name)
             new = self._merged_for_update(rt, namespace, name, old, body, status)
-            return copy.deepcopy(self._commit_update(rt, (namespace, name), old, new))
+            return copy_json(self._commit_update(rt, (namespace, name), old, new))
 
     def patch(
         self,
@@ -277,7 +277,7 @@ class Store:
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
             new = self._merged_for_update(rt, namespace, name, old, patched, status)
-            return copy.deepcopy(self._commit_update(rt, (namespace, name), old, new))
+            return copy_json(self._commit_update(rt, (namespace, name), old, new))
 
     def delete(
         self,
@@ -297,7 +297,7 @@ class Store:
                 raise errors.conflict(
                     rt.plural, rt.group, name, "Precondition failed: ResourceVersion"
                 )
-            return copy.deepcopy(self._delete(rt, (namespace, name), obj))
+            return copy_json(self._delete(rt, (namespace, name), obj))
 
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, match: Predicate
@@ -308,7 +308,7 @@ class Store:
                 for key, obj in sorted(self._objects[rt.key].items())
                 if (namespace is None or key[0] == namespace) and match(obj)
             ]
-            return [copy.deepcopy(self._delete(rt, key, obj)) for key, obj in targets]
+            return [copy_json(self._delete(rt, key, obj)) for key, obj in targets]
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ class Store:
 
     @staticmethod
     def _with_type(rt: ResourceType, body: Mapping[str, Any]) -> Obj:
-        obj = copy.deepcopy(dict(body))
+        obj = copy_json(dict(body))
         obj["kind"] = rt.kind
         obj["apiVersion"] = rt.api_version
         return obj
@@ -395,9 +395,9 @@ class Store:
                 "version and try again",
             )
         if status:
-            new = copy.deepcopy(old)
+            new = copy_json(old)
             if "status" in body:
-                new["status"] = copy.deepcopy(body["status"])
+                new["status"] = copy_json(body["status"])
             else:
                 new.pop("status", None)
             if rt.status_strategy is not None:
@@ -409,7 +409,7 @@ class Store:
             # Custom resources: the whole object is pruned and validated again (as upstream),
             # but only status may come out different.
             admitted = self._validate(rt, new, old)
-            kept = copy.deepcopy(old)
+            kept = copy_json(old)
             kept.pop("status", None)
             if "status" in admitted:
                 kept["status"] = admitted["status"]
@@ -426,7 +426,7 @@ class Store:
         if rt.has_status:
             new.pop("status", None)
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = copy_json(old["status"])
         new = self._validate(rt, new, old)
         if _spec_part(new) != _spec_part(old):
             new_meta = new["metadata"]
@@ -469,7 +469,7 @@ class Store:
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return obj
-            marked = copy.deepcopy(obj)
+            marked = copy_json(obj)
             marked["metadata"]["deletionTimestamp"] = _now()
             marked["metadata"]["deletionGracePeriodSeconds"] = 0
             return self._commit(rt, key, marked, obj, "MODIFIED")
@@ -477,7 +477,7 @@ class Store:
 
     def _remove(self, rt: ResourceType, key: _Key, obj: Obj) -> Obj:
         old = self._objects[rt.key].get(key)
-        gone = self._commit(rt, key, copy.deepcopy(obj), old, "DELETED")
+        gone = self._commit(rt, key, copy_json(obj), old, "DELETED")
         self._collect_dependents(rt, gone)
         return gone
 

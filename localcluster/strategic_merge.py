@@ -18,11 +18,11 @@ Directives understood (the ones kubectl and client-go send):
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 from localcluster.errors import bad_request
+from localcluster.json_copy import copy_json
 from localcluster.patch_strategies import ListStrategy, Strategies
 
 _PATCH = "$patch"
@@ -48,7 +48,7 @@ class _Patcher:
             return self.merge_map(None, {k: v for k, v in patch.items() if k != _PATCH}, path)
         if directive != "merge":
             raise bad_request(f"Unknown patch type: {directive}")
-        result: dict[str, Any] = copy.deepcopy(original) if isinstance(original, dict) else {}
+        result: dict[str, Any] = copy_json(original) if isinstance(original, dict) else {}
         for key, values in patch.items():
             if key.startswith(_DELETE_PRIMITIVE):
                 field = key[len(_DELETE_PRIMITIVE) :]
@@ -71,7 +71,7 @@ class _Patcher:
             elif isinstance(value, list):
                 result[key] = self.merge_list(result.get(key), value, here)
             else:
-                result[key] = copy.deepcopy(value)
+                result[key] = copy_json(value)
         for key, order in patch.items():
             if key.startswith(_ORDER) and isinstance(order, list):
                 field = key[len(_ORDER) :]
@@ -91,7 +91,7 @@ class _Patcher:
         if strategy is None or len(elements) != len(patch):
             # No strategy (atomic) or `$patch: replace`: the patch's list is the new list.
             return [self._fresh(e, f"{path}[]") for e in elements]
-        current: list[Any] = copy.deepcopy(original) if isinstance(original, list) else []
+        current: list[Any] = copy_json(original) if isinstance(original, list) else []
         if strategy.merge_key is None:
             for value in elements:
                 if isinstance(value, (dict, list)):
@@ -123,7 +123,7 @@ class _Patcher:
             return {} if merged is _DELETED else merged
         if isinstance(value, list):
             return self.merge_list(None, value, path)
-        return copy.deepcopy(value)
+        return copy_json(value)
 
 
 def _find(items: list[Any], key: str, value: Any) -> int | None:

@@ -53,28 +53,37 @@ class Running:
     `dra_driver.device_status.idle_since`); None when any is busy or unknown."""
 
 
-@dataclass(frozen=True, slots=True)
 class Unit:
-    """What is evicted together: a pod, or a gang's running members."""
+    """What is evicted together: a pod, or a gang's running members. Its figures are worked out
+    once: a pass ranks every borrowed unit for every waiting pod."""
+
+    __slots__ = ("busy", "created", "idle", "nodes", "pods", "priority")
 
     pods: tuple[Running, ...]
+    priority: int
+    created: str
+    nodes: frozenset[str]
+    idle: bool
+    """Every device of every pod in it is idle."""
+    busy: int
+    """How many of its pods are not idle (all of them unless the unit is idle)."""
 
-    @property
-    def priority(self) -> int:
-        return max(p.priority for p in self.pods)
+    def __init__(self, pods: tuple[Running, ...]) -> None:
+        self.pods = pods
+        self.priority = max(p.priority for p in pods)
+        self.created = max(p.created for p in pods)
+        self.nodes = frozenset(n for p in pods for n in p.nodes)
+        self.idle = all(p.idle_since is not None for p in pods)
+        self.busy = 0 if self.idle else len(pods)
 
-    @property
-    def created(self) -> str:
-        return max(p.created for p in self.pods)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Unit) and other.pods == self.pods
 
-    @property
-    def nodes(self) -> frozenset[str]:
-        return frozenset(n for p in self.pods for n in p.nodes)
+    def __hash__(self) -> int:
+        return hash(tuple(p.key for p in self.pods))
 
-    @property
-    def idle(self) -> bool:
-        """Every device of every pod in it is idle."""
-        return all(p.idle_since is not None for p in self.pods)
+    def __repr__(self) -> str:
+        return f"Unit({self.pods!r})"
 
     @property
     def amounts(self) -> Amounts:
@@ -117,12 +126,20 @@ class BorrowedUnits:
         self._gone: set[Key] = set()
         self._groups: dict[str, dict[str, list[Running]]] = {}
         """Requester → lender → its pods that are left, ranked as they were admitted."""
-        self._splits: dict[str, dict[str, tuple[set[Key], list[Running]]]] = {}
-        """Requester → lender → (protected pods, borrowed pods)."""
+        self._splits: dict[str, dict[str, tuple[set[Key], list[Running], Key | None]]] = {}
+        """Requester → lender → (protected pods, borrowed pods, the first pod past the
+        lender's guarantee)."""
+        self._singles: dict[Key, Unit] = {}
+        self._answers: dict[str, list[Unit]] = {}
+        """Requester → its units, until one of the pods goes."""
 
     def units(self, requester: str, gone: Iterable[Key] = ()) -> list[Unit]:
-        """The units of `borrowed_units`, without the pods in `gone` (being evicted)."""
+        """The units of `borrowed_units`, without the pods in `gone` (being evicted). The list
+        is kept until one of them goes, and a single pod's unit is made once."""
         self._forget([key for key in gone if key not in self._gone and key in self._running])
+        kept = self._answers.get(requester)
+        if kept is not None:
+            return list(kept)
         groups = self._groups.get(requester)
         if groups is None:
             groups = self._groups[requester] = self._grouped(requester)
@@ -140,7 +157,10 @@ class BorrowedUnits:
         units: list[Unit] = []
         for pod in borrowed:
             if pod.gang is None:
-                units.append(Unit((pod,)))
+                unit = self._singles.get(pod.key)
+                if unit is None:
+                    unit = self._singles[pod.key] = Unit((pod,))
+                units.append(unit)
             else:
                 gangs.setdefault(pod.gang, []).append(pod)
         for gang in gangs:
@@ -149,7 +169,8 @@ class BorrowedUnits:
             ]
             if all(m.key not in protected and m.queue != requester for m in members):
                 units.append(Unit(tuple(sorted(members, key=lambda p: p.key))))
-        return units
+        self._answers[requester] = units
+        return list(units)
 
     def _grouped(self, requester: str) -> dict[str, list[Running]]:
         groups: dict[str, list[Running]] = {}
@@ -167,26 +188,29 @@ class BorrowedUnits:
 
     def _split(
         self, name: str, ranked: Sequence[Running], requester: str
-    ) -> tuple[set[Key], list[Running]]:
+    ) -> tuple[set[Key], list[Running], Key | None]:
+        """(protected, borrowed, the first pod past the guarantee)."""
         guaranteed = self._tree.queues[name].guaranteed
         protected: set[Key] = set()
         borrowed: list[Running] = []
         held = ZERO
-        within = True  # what is held only grows: past the guarantee once, past it for good
+        cut: Key | None = None
         for pod in ranked:
-            if within:
+            if cut is None:
                 held = held + pod.amounts
-                within = guaranteed.covers(held)
-            if within:
-                protected.add(pod.key)
-            elif pod.queue != requester:
+                if guaranteed.covers(held):
+                    protected.add(pod.key)
+                    continue
+                cut = pod.key  # what is held only grows: past the guarantee once, for good
+            if pod.queue != requester:
                 borrowed.append(pod)
-        return protected, borrowed
+        return protected, borrowed, cut
 
     def _forget(self, keys: Sequence[Key]) -> None:
         if not keys:
             return
         self._gone.update(keys)
+        self._answers.clear()
         for requester, groups in self._groups.items():
             for key in keys:
                 pod = self._running[key]
@@ -195,19 +219,32 @@ class BorrowedUnits:
                 name = lender(self._tree, pod.queue, requester)
                 if name in groups:
                     groups[name] = [p for p in groups[name] if p.key != key]
-                    self._splits[requester].pop(name, None)
+                    split = self._splits[requester].get(name)
+                    if split is not None and key not in split[0] and key != split[2]:
+                        # Ranked after the first pod past the guarantee: what comes before
+                        # is as it was, so the split is too, less this pod.
+                        split[1][:] = [p for p in split[1] if p.key != key]
+                    else:
+                        self._splits[requester].pop(name, None)
 
 
 def _rank(node: str, chosen: Sequence[Unit]) -> tuple[object, ...]:
     """Smaller is better: fewest busy victims, then fewest victims, then lowest priority, then
     newest (see the module's docstring)."""
+    if len(chosen) == 1:
+        return _single_rank(chosen[0], node)
     return (
-        sum(len(u.pods) for u in chosen if not u.idle),
+        sum(u.busy for u in chosen),
         sum(len(u.pods) for u in chosen),
         max(u.priority for u in chosen),
         _newest_first(max(u.created for u in chosen)),
         node,
     )
+
+
+def _single_rank(unit: Unit, node: str) -> tuple[object, ...]:
+    """`_rank` of one unit, the shape every candidate is first ranked in."""
+    return (unit.busy, len(unit.pods), unit.priority, _newest_first(unit.created), node)
 
 
 def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] | None:
@@ -219,12 +256,12 @@ def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] 
     cluster one trial usually settles it, instead of one per node."""
     singles = sorted(
         ((unit, node) for unit in units for node in sorted(unit.nodes)),
-        key=lambda pair: _rank(pair[1], [pair[0]]),
+        key=lambda pair: _single_rank(pair[0], pair[1]),
     )
     best: tuple[tuple[object, ...], str, list[Unit]] | None = None
     for unit, node in singles:
         if fits(node, unit.pods):
-            best = (_rank(node, [unit]), node, [unit])
+            best = (_single_rank(unit, node), node, [unit])
             break
     if best is not None and len(best[2][0].pods) == 1 and (best[2][0].idle or not idle_any(units)):
         # Nothing can beat one pod unless it is busy and idle units could go instead.

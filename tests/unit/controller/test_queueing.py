@@ -5,6 +5,7 @@ texts a waiting pod is shown."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from controller.queueing import (
 )
 from controller.view import ClusterView
 from dra_driver.allocator.result import allocation_node
+from dra_driver.device_status import idle_condition, with_condition
 from dra_driver.queues import Amounts, QueueSpec, parse_queue
 from tests.support import objects
 from tests.unit.controller.viewkit import DRIVER, cluster, delete, put
@@ -181,6 +183,55 @@ async def test_a_pod_sharing_its_claim_with_a_live_pod_is_not_running(view: Clus
     assert [r.key for r in QueueKeeper(SETTINGS, view).running()] == [("qa", "p")]
 
 
+async def test_one_keeper_sees_every_change_to_a_running_pod_between_passes(
+    view: ClusterView,
+) -> None:
+    """The keeper reuses a pod's entry while its objects are the same: each kind of change
+    to the pod, its claims, the queues or a mate sharing its claim must show in the next
+    call, as a fresh keeper would read it."""
+    keeper = QueueKeeper(SETTINGS, view)
+
+    def seen() -> list[tuple[str, str, float, bool]]:
+        return [
+            (r.key[1], r.queue, r.amounts.gpu, r.idle_since is not None) for r in keeper.running()
+        ]
+
+    def fresh() -> list[tuple[str, str, float, bool]]:
+        return [
+            (r.key[1], r.queue, r.amounts.gpu, r.idle_since is not None)
+            for r in QueueKeeper(SETTINGS, view).running()
+        ]
+
+    put(view, "resourceclaims", allocated("c", "qa", "gpu-0"))
+    put(view, "pods", running_pod("p", "qa", ["c"]))
+    assert seen() == fresh() == [("p", "a", 1.0, False)]
+    assert seen() == [("p", "a", 1.0, False)]  # asked again with nothing changed
+    # Its claim reallocated to two devices, then its devices idle.
+    put(view, "resourceclaims", allocated("c", "qa", "gpu-0", "gpu-1"), kind="MODIFIED")
+    assert seen() == fresh() == [("p", "a", 2.0, False)]
+    idle = allocated("c", "qa", "gpu-0", "gpu-1")
+    entries: list[dict[str, Any]] = []
+    since = datetime.now(UTC) - timedelta(minutes=5)
+    for device in ("gpu-0", "gpu-1"):
+        entries = with_condition(
+            entries, (DRIVER, "n1", device), idle_condition(True, since, "test")
+        )
+    idle["status"]["devices"] = entries
+    put(view, "resourceclaims", idle, kind="MODIFIED")
+    assert seen() == fresh() == [("p", "a", 2.0, True)]
+    # Its namespace moved to another queue.
+    put(view, "gpuqueues", gpu_queue("b", namespaces=["qb", "qa"]), kind="MODIFIED")
+    put(view, "gpuqueues", gpu_queue("a", namespaces=["qx"]), kind="MODIFIED")
+    assert seen() == fresh() == [("p", "b", 2.0, True)]
+    # A live mate shares its claim (evicting p frees nothing), then the pod finishes.
+    put(view, "pods", running_pod("mate", "qa", ["c"]))
+    assert seen() == fresh() == []
+    delete(view, "pods", running_pod("mate", "qa", ["c"]))
+    assert seen() == fresh() == [("p", "b", 2.0, True)]
+    put(view, "pods", running_pod("p", "qa", ["c"], phase="Succeeded"), kind="MODIFIED")
+    assert seen() == fresh() == []
+
+
 async def test_pods_being_evicted_or_spared_are_left_out_until_that_ends(view: ClusterView) -> None:
     for name, device in (("p", "gpu-0"), ("q", "gpu-1"), ("r", "gpu-2")):
         put(view, "resourceclaims", allocated(name, "qa", device))
@@ -201,8 +252,24 @@ async def test_the_tree_is_built_again_only_when_a_queue_changes(view: ClusterVi
     assert tree.default == "fallback" and tree.queues["fallback"].last
     assert keeper.queue_of({"metadata": {"namespace": "qb"}}) == "b"
     assert keeper.queue_of({"metadata": {}}) == "fallback"
+    # Our own status writes change nothing it is made of: the tree, and what a waiting pod
+    # was decided against, stay.
+    generation = view.generation
+    with_status = gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "2"})
+    with_status["status"] = {"used": {"gpu": "1"}}
+    put(view, "gpuqueues", with_status, kind="MODIFIED")
+    assert keeper.tree() is tree and view.generation == generation
     put(view, "gpuqueues", gpu_queue("c", namespaces=["qc"]))
     assert keeper.tree() is not tree and "c" in keeper.tree().queues
+    assert view.generation > generation
+    tree = keeper.tree()
+    put(
+        view,
+        "gpuqueues",
+        gpu_queue("b", namespaces=["qb"], guaranteed={"gpu": "1"}),
+        kind="MODIFIED",
+    )
+    assert keeper.tree() is not tree and keeper.tree().queues["b"].guaranteed.get("gpu") == 1
     assert keeper.pending_by_queue(
         [{"metadata": {"namespace": n}} for n in ("qa", "qc", "qa", "other")]
     ) == {"a": 2, "c": 1, "fallback": 1}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -331,3 +332,34 @@ def test_pruning_drops_the_costliest_victim_it_can_do_without_first() -> None:
     # All three free five GPUs for a pod of four; with big, either small one is enough: the
     # dearer one is spared.
     assert chosen(choose_victims(units, Nodes(4).fits)) == ("n1", ["big", "cheap"])
+
+
+def test_the_units_kept_across_evictions_are_the_units_worked_out_afresh() -> None:
+    """`BorrowedUnits` keeps each lender's split and drops only the pods that go: whatever
+    goes, in whatever order, it answers what a fresh count of the pods left answers."""
+    for seed in range(40):
+        rnd = random.Random(seed)
+        ledger = book(
+            q("borrower", guaranteed={"gpu": rnd.choice([0, 2, 5])}),
+            q("other", guaranteed={"gpu": rnd.choice([0, 1, 3])}),
+        )
+        running = [
+            pod(
+                f"p{i}",
+                queue=rnd.choice(["borrower", "other", REQUESTER]),
+                gpus=rnd.choice([0.5, 1.0, 2.0]),
+                priority=rnd.choice([0, 0, 1, 5]),
+                created=f"2025-01-01T00:00:{rnd.randrange(60):02d}Z",
+                gang=rnd.choice([None, None, None, "g"]),
+            )
+            for i in range(rnd.randrange(3, 14))
+        ]
+        index = BorrowedUnits(ledger, running)
+        gone: set[tuple[str, str]] = set()
+        assert names(index.units(REQUESTER)) == names(borrowed_units(ledger, running, REQUESTER))
+        for victim in rnd.sample(running, len(running)):
+            gone.add(victim.key)
+            left = [p for p in running if p.key not in gone]
+            assert names(index.units(REQUESTER, gone=gone)) == names(
+                borrowed_units(ledger, left, REQUESTER)
+            ), (seed, sorted(gone))
