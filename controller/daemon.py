@@ -26,7 +26,7 @@ from controller.kube_calls import ControllerApi
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics, MetricsEndpoint
 from controller.queue_metrics import QueueMetrics
-from controller.reconciler import Reconciler
+from controller.reconciler import WRITE_CONCURRENCY, Reconciler
 from controller.view import ClusterView
 from dra_driver.kube_client import api_client
 from dra_driver.signals import install_signal_handlers
@@ -153,9 +153,10 @@ async def _first(work: Awaitable[Any], stop: asyncio.Event) -> Any:
 
 #: Threads for blocking API calls: a pass writes many claims at once, each a few HTTP round trips.
 API_THREADS = 32
-#: Kept-alive connections: one per API thread, plus one held by each watch for good (six
-#: informers and the leader Lease's calls), so that no call has to open a connection of its own.
-API_CONNECTIONS = API_THREADS + 8
+#: Kept-alive connections: one per API thread and per thread of the pass's own calls
+#: (`reconciler.WRITE_CONCURRENCY`), plus one held by each watch for good (six informers and the
+#: leader Lease's calls), so that no call has to open a connection of its own.
+API_CONNECTIONS = API_THREADS + WRITE_CONCURRENCY + 8
 
 
 async def _serve(config: ControllerConfig) -> None:

@@ -5,7 +5,8 @@ queue's pod waits; an idle victim of ordinary reclaim is told how long too.
 
 The condition goes first, so the pod's own record says which queue took its devices before it
 is gone (as the kube-scheduler sets `DisruptionTarget` before it preempts); the Event follows
-the eviction, off the path to the freed devices (Events outlive their pod). A
+the eviction, off the path to the freed devices (Events outlive their pod): it is posted beside
+the next evictions, a few at a time, rather than before them. A
 PodDisruptionBudget that forbids the eviction (429) spares the pod for the hold time and tells
 the waiting pod; a pod already gone (404) needs nothing.
 """
@@ -29,8 +30,10 @@ from dra_driver.durations import format_duration
 log = structlog.get_logger(__name__)
 
 REASON = "ReclaimedByQueue"
-#: Reclaims of one pass carried out at once (each is three API calls per victim).
+#: Reclaims of one pass carried out at once (two API calls per victim, one after the other).
 EVICT_CONCURRENCY = 16
+#: The victims' Events posted at once, beside the evictions.
+EVENT_CONCURRENCY = 4
 
 
 def reclaimed_condition(driver_name: str) -> str:
@@ -42,47 +45,88 @@ async def carry_out_all(
 ) -> None:
     """Every reclaim of a pass, several at once: a queue that arrives starved reclaims for
     hundreds of pods in one pass, and one after another their calls would hold the pass up
-    for seconds. The victims of one reclaim still go in order."""
+    for seconds. The victims of one reclaim still go in order. The victims' Events go out
+    beside the evictions, a few at a time, and do not hold up the next eviction."""
     limit = asyncio.Semaphore(EVICT_CONCURRENCY)
+    events = _Events(api)
 
     async def one(reclaim: Reclaim) -> None:
         async with limit:
-            await carry_out(reclaim, api, keeper, metrics)
+            await carry_out(reclaim, api, keeper, metrics, events)
 
-    await asyncio.gather(*(one(r) for r in reclaims))
+    try:
+        await asyncio.gather(*(one(r) for r in reclaims))
+    finally:
+        await events.drain()
+
+
+class _Events:
+    """The victims' Events of one round of evictions, posted in the background."""
+
+    def __init__(self, api: ControllerApi) -> None:
+        self._api = api
+        self._limit = asyncio.Semaphore(EVENT_CONCURRENCY)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def post(self, victim: Obj, message: str) -> None:
+        task = asyncio.ensure_future(self._post(victim, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _post(self, victim: Obj, message: str) -> None:
+        async with self._limit:
+            try:
+                await asyncio.to_thread(
+                    self._api.post_pod_event, victim, "Warning", "Reclaimed", message
+                )
+            except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                log.info("cannot post the eviction's Event", pod=key_of(victim), error=str(err))
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def carry_out(
-    reclaim: Reclaim, api: ControllerApi, keeper: QueueKeeper, metrics: QueueMetrics
+    reclaim: Reclaim,
+    api: ControllerApi,
+    keeper: QueueKeeper,
+    metrics: QueueMetrics,
+    events: _Events | None = None,
 ) -> None:
     asker = reclaim.asker
-    for victim, victim_queue in reclaim.victims:
-        message = _message(reclaim, victim, victim_queue)
-        try:
-            await asyncio.to_thread(api.patch_pod_conditions, victim, [_condition(keeper, message)])
-            await asyncio.to_thread(api.evict_pod, victim)
-        except client.ApiException as err:
-            _refused(reclaim, victim, err, keeper)
-            if err.status == 429:
-                await _tell_requester(reclaim, victim, api)
-            continue
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            log.info("eviction failed; the next attempt chooses again", error=str(err))
-            keeper.evicting.pop(key_of(victim), None)
-            continue
-        try:
-            await asyncio.to_thread(api.post_pod_event, victim, "Warning", "Reclaimed", message)
-        except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-            log.info("cannot post the eviction's Event", pod=key_of(victim), error=str(err))
-        metrics.evictions.labels(queue=reclaim.queue, victim_queue=victim_queue).inc()
-        log.info(
-            "pod evicted for reclaim",
-            pod=f"{victim['metadata']['namespace']}/{victim['metadata']['name']}",
-            queue=reclaim.queue,
-            victim_queue=victim_queue,
-            requester=asker,
-            node=reclaim.node,
-        )
+    own = events is None
+    events = events or _Events(api)
+    try:
+        for victim, victim_queue in reclaim.victims:
+            message = _message(reclaim, victim, victim_queue)
+            try:
+                await asyncio.to_thread(
+                    api.patch_pod_conditions, victim, [_condition(keeper, message)]
+                )
+                await asyncio.to_thread(api.evict_pod, victim)
+            except client.ApiException as err:
+                _refused(reclaim, victim, err, keeper)
+                if err.status == 429:
+                    await _tell_requester(reclaim, victim, api)
+                continue
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                log.info("eviction failed; the next attempt chooses again", error=str(err))
+                keeper.evicting.pop(key_of(victim), None)
+                continue
+            events.post(victim, message)
+            metrics.evictions.labels(queue=reclaim.queue, victim_queue=victim_queue).inc()
+            log.info(
+                "pod evicted for reclaim",
+                pod=f"{victim['metadata']['namespace']}/{victim['metadata']['name']}",
+                queue=reclaim.queue,
+                victim_queue=victim_queue,
+                requester=asker,
+                node=reclaim.node,
+            )
+    finally:
+        if own:
+            await events.drain()
 
 
 def _message(reclaim: Reclaim, victim: Obj, victim_queue: str) -> str:

@@ -25,11 +25,14 @@ decisions, so it never races with a decision about the same claim.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import heapq
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 import urllib3
@@ -57,6 +60,8 @@ log = structlog.get_logger(__name__)
 
 #: Writes of one pass in flight at once (each is a few HTTP calls).
 WRITE_CONCURRENCY = 16
+#: Deleted claims let go at once, at most this many at a time (`_finalize_now`).
+FINALIZE_CONCURRENCY = 8
 #: When a pass finds the last GpuQueue status round still under way, the next round is due this
 #: much later.
 QUEUE_WRITE_RETRY_S = 0.5
@@ -118,6 +123,7 @@ class Reconciler:
         """The GpuQueue status round under way, if any."""
         self._finalizing: set[Key] = set()
         """Deleted claims being let go outside the passes (`_finalize_now`)."""
+        self._finalize_slots = asyncio.Semaphore(FINALIZE_CONCURRENCY)
 
     # --- events ------------------------------------------------------------------------------
 
@@ -534,7 +540,7 @@ class Reconciler:
         writes (everything committed before that write then arrived too), else by listing."""
         if own_write_rv and await self.view.claims_caught_up(own_write_rv, WATCH_CATCH_UP_S):
             return
-        fresh = await asyncio.to_thread(self.api.list_claims)
+        fresh = await _pass_call(self.api.list_claims)
         self.view.refresh_claims(fresh)
 
     def _still_fits(self, decision: Decision, stage: str) -> bool:
@@ -602,7 +608,7 @@ class Reconciler:
         stale, self.state.stale = self.state.stale, {}
         for key, pods in stale.items():
             try:
-                await asyncio.to_thread(self.writer.withdraw, key, pods)
+                await _pass_call(self.writer.withdraw, key, pods)
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                 log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
 
@@ -623,7 +629,7 @@ class Reconciler:
                     claim = self.view.claims.get(key)
                     if claim is None:
                         raise LookupError(f"claim {key[0]}/{key[1]} is gone")
-                    result = await asyncio.to_thread(self.writer.mark, claim)
+                    result = await _pass_call(self.writer.mark, claim)
                     if result is not None:
                         self.view.refresh_claims_one(result)
                         newest = max(newest, resource_version(result))
@@ -655,7 +661,7 @@ class Reconciler:
                     if claim is None:
                         raise LookupError(f"claim {key[0]}/{key[1]} is gone")
                     allocation = decision.allocations.get(key)
-                    result = await asyncio.to_thread(self.writer.allocate, claim, allocation, pods)
+                    result = await _pass_call(self.writer.allocate, claim, allocation, pods)
                     self.view.refresh_claims_one(result)
                     newest = max(newest, resource_version(result))
                     written.append(key)
@@ -671,7 +677,7 @@ class Reconciler:
     async def _undo(self, decision: Decision, written: list[Key]) -> None:
         for key in written:
             if key in decision.allocations:
-                await asyncio.to_thread(self.writer.withdraw, key, decision.pods)
+                await _pass_call(self.writer.withdraw, key, decision.pods)
 
     async def _withdraw(self, decision: Decision) -> None:
         await self._undo(decision, list(decision.allocations))
@@ -684,7 +690,7 @@ class Reconciler:
                 current = self.view.pods.get(key, pod)
                 started = self.state.seen_at.get(key)
                 try:
-                    await asyncio.to_thread(self.writer.lift_gate, current, self.config.gate_name)
+                    await _pass_call(self.writer.lift_gate, current, self.config.gate_name)
                 except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                     if getattr(err, "status", None) == 404:
                         continue
@@ -738,7 +744,7 @@ class Reconciler:
             nonlocal freed
             async with limit:
                 try:
-                    written = await asyncio.to_thread(self.writer.deallocate, claim)
+                    written = await _pass_call(self.writer.deallocate, claim)
                     freed = max(freed, written)
                 except client.ApiException as err:
                     if err.status != 404:
@@ -779,7 +785,8 @@ class Reconciler:
 
     async def _finalize(self, key: Key, claim: Obj) -> None:
         try:
-            await asyncio.to_thread(self.writer.deallocate, claim)
+            async with self._finalize_slots:
+                await asyncio.to_thread(self.writer.deallocate, claim)
         except NotLeaderError:
             return  # the new leader's first pass deallocates it
         except client.ApiException as err:
@@ -816,6 +823,23 @@ class Reconciler:
             if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
                 return False
         return True
+
+
+T = TypeVar("T")
+
+#: The pass's own API calls (marks, allocations, gate lifts, withdrawals, deallocations) run on
+#: these threads, not the loop's default ones: evictions, reports, queue status and deleted
+#: claims go on in the background by the hundred while a starved queue reclaims, and a pass
+#: whose writes waited behind them in one pool took half a second for a single claim.
+_PASS_CALLS = ThreadPoolExecutor(WRITE_CONCURRENCY, thread_name_prefix="pass-calls")
+
+
+async def _pass_call(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` on the pass's threads (with this task's context, as `asyncio.to_thread`)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(
+        _PASS_CALLS, functools.partial(context.run, fn, *args)
+    )
 
 
 async def _all(*steps: Awaitable[None]) -> None:

@@ -5,6 +5,7 @@ gates, and the re-check at the end of the settle time."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import copy
 import datetime
@@ -169,6 +170,32 @@ async def test_a_pod_deleted_during_the_settle_time_is_forgotten(
         await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
         assert daemon.reconciler.next_deadline() is None
         assert ("default", "p") not in daemon.reconciler.state.queue
+
+
+async def test_a_pass_writes_while_every_default_thread_is_taken(
+    cluster: Cluster, api: client.ApiClient
+) -> None:
+    """Evictions, reports and deleted claims run on the loop's default threads by the hundred
+    while a queue reclaims; the pass's own writes must not queue behind them."""
+    cluster.create_claim(claim("c"))
+    cluster.create_pod(pod("p", ["c"]))
+    loop = asyncio.get_running_loop()
+    async with controlled(api, settle_s=0.0) as daemon:
+        await known(daemon, "p")
+        busy = concurrent.futures.ThreadPoolExecutor(2)
+        loop.set_default_executor(busy)
+        release = threading.Event()
+        blocked = [asyncio.ensure_future(asyncio.to_thread(release.wait)) for _ in range(4)]
+        try:
+            await asyncio.wait_for(daemon.reconciler.run_pass(), 20)
+            assert cluster.get_claim("c")["status"]["allocation"]
+            await asyncio.wait_for(daemon.reconciler.run_pass(), 20)  # the gate comes off
+            assert not cluster.gated("p")
+        finally:
+            release.set()
+            await asyncio.gather(*blocked)
+            loop.set_default_executor(concurrent.futures.ThreadPoolExecutor())
+            busy.shutdown()
 
 
 async def test_a_claim_deleted_before_the_write_is_decided_again(
