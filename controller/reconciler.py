@@ -19,7 +19,8 @@ which allocates other pods' claims from the same devices and never coordinates w
 before writing catches what the view had not seen when it decided; the checks after writing and
 after the settle time catch an allocation that landed after that (the later writer withdraws:
 the gate is still on, so no pod has started). Deallocation runs in the same loop before the
-decisions, so it never races with a decision about the same claim.
+decisions, so it never races with a decision about the same claim; only a claim being deleted
+that nothing of ours still needs is let go as its deletion arrives (no decision can take it up).
 """
 
 from __future__ import annotations
