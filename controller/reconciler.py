@@ -744,22 +744,31 @@ class Reconciler:
         async def deallocate(key: Key, claim: Obj) -> None:
             nonlocal freed
             async with limit:
-                try:
-                    written = await _pass_call(self.writer.deallocate, claim)
-                    freed = max(freed, written)
-                except client.ApiException as err:
-                    if err.status != 404:
-                        log.info("deallocation failed; will retry", claim=key, status=err.status)
-                        self.state.dealloc.add(key)
-                    return
-            if allocation_of(claim) is not None:
-                self.metrics.deallocations.inc()
-                log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
+                freed = max(freed, await self._release(key, claim, _pass_call) or 0)
 
         # Several at once: reclaim releases hundreds of claims together, and the pods they
         # were evicted for are decided only once the view has them released.
         await asyncio.gather(*(deallocate(k, c) for k, c in unused))
         return freed
+
+    async def _release(
+        self, key: Key, claim: Obj, call: Callable[..., Awaitable[int]]
+    ) -> int | None:
+        """Deallocate one claim (`call` runs the write on some threads); the resourceVersion
+        of the write that freed its devices (0: none), or None when the API server refused it
+        and the claim waits for the next pass."""
+        try:
+            written = await call(self.writer.deallocate, claim)
+        except client.ApiException as err:
+            if err.status == 404:
+                return 0
+            log.info("deallocation failed; will retry", claim=key, status=err.status)
+            self.state.dealloc.add(key)
+            return None
+        if allocation_of(claim) is not None:
+            self.metrics.deallocations.inc()
+            log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
+        return written
 
     def _finalize_now(self, event: Event) -> bool:
         """Let a deleted claim go at once, outside the passes, when nothing of ours still
@@ -771,10 +780,10 @@ class Reconciler:
         key = event.key
         if key in self._finalizing:
             return True
-        claim = self.view.claims.get(key)
-        if event.kind == "DELETED" or claim is None or not self._is_leader():
+        claim = None if event.kind == "DELETED" else self.view.claims.get(key)
+        if claim is None or not claim["metadata"].get("deletionTimestamp"):
             return False
-        if not claim["metadata"].get("deletionTimestamp") or not self._unused(key, claim):
+        if not self._is_leader() or not self._unused(key, claim):
             return False
         if any(key in d.claims for d in self.state.in_flight) or any(
             key in d.claims for _, d in self.state.settling
@@ -787,25 +796,16 @@ class Reconciler:
     async def _finalize(self, key: Key, claim: Obj) -> None:
         try:
             async with self._finalize_slots:
-                await asyncio.to_thread(self.writer.deallocate, claim)
+                if await self._release(key, claim, asyncio.to_thread) is None:
+                    self._wake.set()
         except NotLeaderError:
             return  # the new leader's first pass deallocates it
-        except client.ApiException as err:
-            if err.status != 404:
-                log.info("deallocation failed; will retry", claim=key, status=err.status)
-                self.state.dealloc.add(key)
-                self._wake.set()
-            return
         except (urllib3.exceptions.HTTPError, OSError) as err:
             log.info("deallocation failed; will retry", claim=key, error=str(err))
             self.state.dealloc.add(key)
             self._wake.set()
-            return
         finally:
             self._finalizing.discard(key)
-        if allocation_of(claim) is not None:
-            self.metrics.deallocations.inc()
-            log.info("claim deallocated", claim=f"{key[0]}/{key[1]}")
 
     def _unused(self, key: Key, claim: Obj) -> bool:
         """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""

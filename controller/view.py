@@ -435,7 +435,5 @@ def _allocation_node(allocation: Mapping[str, Any]) -> str:
 
 
 def _status_only(old: Obj | None, event: Event) -> bool:
-    """A change to a GpuQueue's status alone (the queue and its spec are as they were)."""
-    if old is None or event.kind != "MODIFIED":
-        return False
-    return bool(old.get("spec") == event.obj.get("spec") and key_of(old) == event.key)
+    """A change to a GpuQueue's status alone (its spec is as it was)."""
+    return old is not None and event.kind == "MODIFIED" and old.get("spec") == event.obj.get("spec")
