@@ -137,11 +137,12 @@ def _per_node(
 def _scored(cluster: Cluster, placement: PodPlacement, plans: Sequence[ClaimPlan]) -> list[str]:
     lines = [
         "  scored choice: each node is ranked by how much the pod increases the expected "
-        "fragmentation of the workload seen so far (before -> after; the least increase wins, "
-        "then the least free device room, then node order; nodes in equal states share one "
-        "evaluation, the first in node order standing for them); the allocator then takes "
-        "devices on the best node where the claims fit, steered to the devices the ranking "
-        "picked:"
+        "fragmentation of the workload (before -> after), scored as FGD scores it "
+        "(100 x sigmoid(-increase in GPUs), truncated to whole points); the most points win, "
+        "then the least free device room after the pod, then node order; nodes in equal "
+        "states share one evaluation, the first in node order standing for them; the "
+        "allocator then takes devices on the best node where the claims fit, steered to the "
+        "devices the ranking picked:"
     ]
     ranked = placement.candidates
     chosen = next((i for i, c in enumerate(ranked) if c is placement.choice), None)
@@ -178,19 +179,23 @@ def _choice_words(choice: Choice, names: Mapping[int, str]) -> str:
     picked = ", ".join(names[d] for d in choice.devices) or "no device"
     return (
         f"fragmentation {choice.before:.4g} -> {choice.after:.4g} (increase "
-        f"{choice.value:+.4g}), free device room {choice.room:.4g}, the ranking picked {picked}"
+        f"{choice.value:+.4g}, {choice.points} points), free device room after "
+        f"{choice.room:.4g}, the ranking picked {picked}"
     )
 
 
 def _lost(winner: Choice, other: Choice, fuller_first: bool) -> str:
-    if round(other.value, 9) > round(winner.value, 9):
-        return f"loses on fragmentation increase ({other.value:+.4g} against {winner.value:+.4g})"
+    if other.points < winner.points:
+        return (
+            f"loses on points ({other.points} against {winner.points}: increase "
+            f"{other.value:+.4g} against {winner.value:+.4g})"
+        )
     if fuller_first and other.room > winner.room:
         return (
-            "ties on fragmentation increase, loses on free device room "
+            f"ties on points ({other.points}), loses on free device room after the pod "
             f"({other.room:.4g} against {winner.room:.4g}: the fuller node wins)"
         )
-    return "ties on fragmentation increase and free device room; the chosen node comes first"
+    return "ties on points and free device room; the chosen node comes first"
 
 
 def _allocator(cluster: Cluster, plans: Sequence[ClaimPlan], choice: Choice) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,8 @@ from dra_driver.simulation.allocation_report import AllocationReport, ReportPoin
 from dra_driver.simulation.pods import ARRIVAL, DEPARTURE, key_of, pod_claims, seconds
 from dra_driver.simulation.queue_report import QueueReport, build_report
 from dra_driver.simulation.queued import QueuedReplay
-from dra_driver.simulation.replay import Cluster, PodPlacement, PodPolicy
+from dra_driver.simulation.replay import Cluster, PodPlacement, PodPolicy, workload_of
+from dra_driver.simulation.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +202,22 @@ def claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> s
     return set(used)
 
 
+def input_workload(
+    run: Simulation, objects: ClusterObjects, claims: Mapping[str, Mapping[str, Any]]
+) -> Workload:
+    """Every pod of the input, each once: the workload the scored mode weighs by."""
+    templates = {key_of(t): t for t in objects.templates}
+
+    def with_claims() -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:
+        for pod in objects.pods:
+            try:
+                yield pod, pod_claims(pod, claims, templates)
+            except InputError:
+                continue  # placing the pod says why
+
+    return workload_of(run.snapshot, with_claims())
+
+
 def pod_arrivals(pods: list[dict[str, Any]]) -> list[tuple[float, float | None, dict[str, Any]]]:
     """(arrival, departure, pod) in arrival order; file order among equal arrivals, and a pod
     without the arrival annotation arrives at 0. InputError for a pod given twice."""
@@ -233,15 +250,16 @@ class PodReplay:
         *,
         keep_candidates: bool = False,
     ) -> None:
+        self.claims = claims
+        self.templates = {key_of(t): t for t in objects.templates}
         self.cluster = Cluster(
             run.snapshot,
             objects.nodes,
             PodPolicy(mode.value),
             usage=run.usage,
             keep_candidates=keep_candidates,
+            workload=input_workload(run, objects, claims),
         )
-        self.claims = claims
-        self.templates = {key_of(t): t for t in objects.templates}
         self._leaving: list[tuple[float, int, PodPlacement]] = []
         self._order = itertools.count()
 
@@ -330,7 +348,13 @@ def _replay_queued(
     report: AllocationReport | None,
 ) -> None:
     """The pods through the file's GpuQueues (see `dra_driver.simulation.queued`)."""
-    cluster = Cluster(run.snapshot, objects.nodes, PodPolicy(mode.value), usage=run.usage)
+    cluster = Cluster(
+        run.snapshot,
+        objects.nodes,
+        PodPolicy(mode.value),
+        usage=run.usage,
+        workload=input_workload(run, objects, claims),
+    )
     replay = QueuedReplay(cluster, QueueTree.build(objects.queues))
     for claim in objects.claims:
         allocation = (claim.get("status") or {}).get("allocation")

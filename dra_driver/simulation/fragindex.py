@@ -8,18 +8,23 @@ node cannot host the shape (CPU, memory or too few usable devices), else the roo
 fragmentation weighs the shapes by the learned workload (workload.py). A pod goes to the node,
 and the unit on it, that increases expected fragmentation least.
 
-Shapes are weighed by their share of the pods, as in the paper; the most common ones that
-together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a new GPU state costs one
-pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). Weighing shapes
-by the device room they ask for instead was measured and rejected: it helps where pods mostly
-share GPUs and costs several points where pods are pinned to models (docs/performance.md).
+Shapes are weighed by their share of the pods that ask for devices, as in the paper (pods
+without devices would steer GPU pods away from nodes short of CPU for them); the most common
+ones that together make up `COVERAGE` of those pods are kept, at most `MAX_SHAPES` (a new GPU
+state costs one pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the
+pods). Weighing shapes by the device room they ask for instead was measured and rejected: it
+helps where pods mostly share GPUs and costs several points where pods are pinned to models
+(docs/performance.md). The weights come from the whole workload when it is known in advance
+(`Workload.of`); learned while pods arrive, the early weights rest on a handful of pods.
 
-Among nodes whose increase is equal, the node with the least free device room wins, then node
-order. Equal increases mostly mean "no common shape is hurt here"; the kube-scheduler breaks such
-ties at random, node order alone piles pods onto the first nodes, and filling the fuller node
-keeps the emptier ones whole for the large shapes (on the openb traces it beat node order on two
-and tied on the third; random ties did as well on the one seed tried, but make a replay
-unrepeatable; docs/performance.md).
+Increases are scored as FGD's scheduler plugin scores a node (`fgd_points`: 100 x
+sigmoid(-increase), truncated, so a point is about 0.04 GPU near zero and wider further out). The
+most points win; among equal points the node with the least free device room after placement,
+then node order (on one node, the first way of placing). Equal points mostly mean "no common
+shape is hurt more here"; the kube-scheduler breaks such ties at random, node order alone piles
+pods onto the first nodes, and filling the fuller node keeps the emptier ones whole for the large
+shapes. Ranking by the exact increase instead left the order to differences no pod can use
+(docs/performance.md has what each rule gained on the openb traces).
 
 Every node is considered (ranking.py ranks them all at once; `choose` answers for one node).
 The score only ranks; the allocator decides fit, so a node whose real allocation fails is
@@ -47,8 +52,8 @@ thousand passes. The pieces are now cached where they repeat:
   (`ShapeTable`). F is cached per (GPU state, cell) for the workload version.
 - *Exact floats.* A missing F is computed for many keys at once as the same products, added by
   a sequential cumulative sum in shape order: the same additions, in the same order, as the loop
-  above, so values (and therefore ranks and ties, compared on `round(value, 9)`) are bit for bit
-  those of the straightforward evaluation (tests/unit/simulation/test_ranking.py compares them).
+  above, so values (and therefore points, ranks and ties) are bit for bit those of the
+  straightforward evaluation (tests/unit/simulation/test_ranking.py compares them).
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ from dra_driver.simulation.rooms import NodeUnits, Rooms, unit_rooms
 from dra_driver.simulation.workload import Demand, PodShape, Workload
 
 EPS = 1e-9
+FGD_POINTS = 100
+"""A node's score out of this many, as FGD's scheduler plugin scores (see `fgd_points`)."""
 COVERAGE = 0.95
 """The shapes kept are the most common ones that together make up this share of the pods."""
 MAX_SHAPES = 48
@@ -94,7 +101,9 @@ class Choice:
     before: float
     after: float
     room: float = 0.0
-    """Free device room on the node before the pod: among equal values, the fuller node wins."""
+    """Free device room on the node after the pod: among equal points, the fuller node wins."""
+    points: int = 0
+    """Fragmentation: the increase as FGD scores it (`fgd_points`), higher is better."""
 
 
 State = tuple[int, tuple[float, ...], tuple[int, ...]]
@@ -104,6 +113,20 @@ GpuState = tuple[int, tuple[float, ...]]
 availability per device). The index numbers these: GPU state ids."""
 Option = tuple[tuple[int, ...], int]
 """One way to place a demand: (device indexes picked on the node, GPU state id after)."""
+
+
+def fgd_points(increases: NDArray[np.float64]) -> NDArray[np.int64]:
+    """FGD's score of each increase of expected fragmentation (in GPUs): `FGD_POINTS` times the
+    logistic function of the decrease, truncated to an integer, as FGD's kube-scheduler plugin
+    scores a node. Near zero a point is 0.04 GPU, and the further from zero the wider a point
+    grows: increases that round to the same points are ties, which go to packing (the fuller
+    node after placement), then node order. Exact ties alone (which is what rounding to 9
+    places kept) left the order to differences far below anything a pod can use
+    (docs/performance.md)."""
+    with np.errstate(over="ignore"):
+        scores = np.floor(FGD_POINTS / (1.0 + np.exp(np.asarray(increases, dtype=np.float64))))
+    result: NDArray[np.int64] = scores.astype(np.int64)
+    return result
 
 
 def int_array(values: Sequence[int]) -> NDArray[Any]:
@@ -379,9 +402,16 @@ class FragmentationIndex:
     def weighted(
         self, distribution: Sequence[tuple[PodShape, float]]
     ) -> list[tuple[PodShape, float]]:
-        """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
-        renormalised."""
-        ranked = sorted(distribution, key=lambda item: -item[1])
+        """The most common shapes of the pods that ask for devices that make up `COVERAGE` of
+        those pods (at most `MAX_SHAPES`), renormalised.
+
+        Pods that ask for no device are left out, as FGD defines its target workload: their
+        term is the node's whole free device room where its CPU or memory cannot take them,
+        so a few large CPU-only shapes steered GPU pods away from nodes short of CPU, to keep
+        CPU for pods that use no GPU (13 % of gpushare40's pods)."""
+        ranked = sorted(
+            (item for item in distribution if item[0].demand is not None), key=lambda i: -i[1]
+        )
         kept: list[tuple[PodShape, float]] = []
         mass = 0.0
         for shape, p in ranked:
@@ -506,11 +536,17 @@ class FragmentationIndex:
         return self._picked[(gpu, self.demand_id(demand))][option]
 
     def choose(
-        self, node: str, free: Mapping[str, int], shape: PodShape, objective: Objective
+        self,
+        node: str,
+        free: Mapping[str, int],
+        shape: PodShape,
+        objective: Objective,
+        fuller_first: bool = True,
     ) -> Choice | None:
         """The best way to put `shape` on `node` under `objective`, or None if it cannot fit.
-        One node at a time; `ranking.NodeTable` ranks every node at once with the same
-        pieces."""
+        For fragmentation, the way with the most points, then (`fuller_first`) the least free
+        room left, then the first. One node at a time; `ranking.NodeTable` ranks every node
+        at once with the same pieces."""
         self.refresh()
         state, gpu = self.state_and_gpu(node, free)
         left = list(state[2])
@@ -524,22 +560,35 @@ class FragmentationIndex:
         options = self.options(gpu, shape.demand)
         if not options:
             return None
-        before = 0.0
+        units = self.rooms.node(node)
         if objective is Objective.FRAGMENTATION:
             before = self._value(gpu, self.table.cell(state[2]))
+            afters = self.values(
+                np.array([g for _, g in options], dtype=np.int64),
+                np.full(len(options), self.table.cell(left), dtype=np.int64),
+            )
+            increases = afters - before
+            points = fgd_points(increases).tolist()
+            rooms = [self._room[g] if fuller_first else 0.0 for _, g in options]
+            k = min(range(len(options)), key=lambda j: (-points[j], rooms[j], j))
+            picked_ids = tuple(units.devices[i].id for i in options[k][0])
+            return Choice(
+                node,
+                float(increases[k]),
+                picked_ids,
+                before,
+                float(afters[k]),
+                self._room[options[k][1]],
+                int(points[k]),
+            )
         best: tuple[float, tuple[int, ...], float] | None = None
         for picked, after_gpu in options:
-            if objective is Objective.FRAGMENTATION:
-                after = self._value(after_gpu, self.table.cell(left))
-                value = after - before
-            else:
-                after = value = self._room[after_gpu]
+            value = self._room[after_gpu]
             if best is None or value < best[0] - EPS:
-                best = (value, picked, after)
+                best = (value, picked, value)
         assert best is not None
-        units = self.rooms.node(node)
         picked_ids = tuple(units.devices[i].id for i in best[1])
-        return Choice(node, best[0], picked_ids, before, best[2], self._room[gpu])
+        return Choice(node, best[0], picked_ids, 0.0, best[2], best[2])
 
     def _pick(self, node: str, avail: Sequence[float], demand: Demand) -> list[tuple[int, ...]]:
         """Per unit, its smallest device that still fits; one option per distinct room left

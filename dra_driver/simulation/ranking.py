@@ -10,11 +10,12 @@ same EPS rule, and the order of the ranking.
 
 The groups are those the ranking has always used: nodes in equal states (devices, availability,
 free CPU and memory) form one group, and its first node in node order stands for it. The first
-node's fit decides for the group, and only it is ranked; the ranking orders by the value rounded
-to 9 decimals, then the tie (free device room, or the CPU share left for best fit), then node
-order. The values are the floats `choose` computes (fragindex.py says why they are bit for bit
-the same) and are rounded as Python's `round` rounds (`round9`), so orders and ties are exactly
-those of ranking one node at a time.
+node's fit decides for the group, and only it is ranked. Scored mode orders by FGD's points
+for the increase (`fgd_points`), then the free device room after placement, then node order;
+best fit by its value rounded to 9 decimals as Python's `round` rounds (`round9`), then the CPU
+share left, then node order. The values are the floats `choose` computes (fragindex.py says why
+they are bit for bit the same), so orders and ties are exactly those of ranking one node at a
+time.
 
 First fit reads the same arrays: the nodes whose free resources take the pod, in node order,
 less those the allocator turned down for the same claims since their usage last changed.
@@ -41,6 +42,7 @@ from dra_driver.simulation.fragindex import (
     FragmentationIndex,
     Objective,
     State,
+    fgd_points,
     int_array,
 )
 from dra_driver.simulation.ledger import NodeResourceLedger
@@ -211,22 +213,23 @@ class NodeTable:
             before = self._fragmentation_now(nodes, gpus, index.table.cells_of(free))
             left = [f - requested.get(n, 0) for f, n in zip(free, index.names, strict=True)]
             after_cells = index.table.cells_of(left)
-            value, after, picked = _least(
-                counts, afters, lambda states, has: index.values(states, after_cells[has]), before
+            value, after, room, points, picked = _most_points(
+                counts,
+                afters,
+                lambda states, has: index.values(states, after_cells[has]),
+                before,
+                index.rooms_of,
+                fuller_first,
             )
+            tie = room if fuller_first else np.zeros(len(nodes))
+            order = np.lexsort((nodes, tie, -points)).tolist()
         else:
             value, after, picked = _least(
                 counts, afters, lambda states, has: index.rooms_of(states), np.zeros(len(nodes))
             )
-            before = np.zeros(len(nodes))
-        if objective is Objective.BEST_FIT:
-            tie = self._cpu_left(nodes, cpu)
-        elif fuller_first:
-            tie = index.rooms_of(gpus)
-        else:
-            tie = np.zeros(len(nodes))
-        rounded = round9(value)
-        order = np.lexsort((nodes, tie, rounded)).tolist()
+            room, before = after, np.zeros(len(nodes))
+            points = np.zeros(len(nodes), dtype=np.int64)
+            order = np.lexsort((nodes, self._cpu_left(nodes, cpu), round9(value))).tolist()
         rows, ways, gpu_ids = nodes.tolist(), picked.tolist(), gpus.tolist()
         for j in order:
             node = self.nodes[rows[j]]
@@ -238,7 +241,8 @@ class NodeTable:
                 tuple(units.devices[i].id for i in chosen),
                 float(before[j]),
                 float(after[j]),
-                index.room(gpu_ids[j]),
+                float(room[j]),
+                int(points[j]),
             )
 
     def _fragmentation_now(
@@ -272,6 +276,48 @@ class NodeTable:
         left = self._column(CPU)[nodes] - cpu
         shares = [(a / t if t else 0.0) for a, t in zip(left.tolist(), total.tolist(), strict=True)]
         return np.array(shares, dtype=np.float64)
+
+
+def _most_points(
+    counts: NDArray[np.int64],
+    afters: Sequence[NDArray[np.int64]],
+    measure: Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.float64]],
+    before: NDArray[np.float64],
+    rooms_of: Callable[[NDArray[np.int64]], NDArray[np.float64]],
+    fuller_first: bool,
+) -> tuple[
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]:
+    """Per node, the option with the most FGD points (`fgd_points` of its increase), then
+    (`fuller_first`) the least free room after it, then the first, as
+    `FragmentationIndex.choose` picks. Returns the increase, the fragmentation after, the room
+    after, the points and the option's number."""
+    everyone = np.arange(len(counts))
+    after = measure(afters[0], everyone)
+    value = after - before
+    points = fgd_points(value)
+    room = rooms_of(afters[0])
+    picked = np.zeros(len(counts), dtype=np.int64)
+    for k in range(1, len(afters)):
+        has = np.flatnonzero(counts > k)
+        then = measure(afters[k][has], has)
+        increase = then - before[has]
+        scored = fgd_points(increase)
+        left = rooms_of(afters[k][has])
+        better = scored > points[has]
+        if fuller_first:
+            better |= (scored == points[has]) & (left < room[has])
+        wins = has[better]
+        value[wins] = increase[better]
+        after[wins] = then[better]
+        points[wins] = scored[better]
+        room[wins] = left[better]
+        picked[wins] = k
+    return value, after, room, points, picked
 
 
 def _least(

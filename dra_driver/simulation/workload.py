@@ -66,20 +66,38 @@ class Workload:
         self.shapes: dict[tuple[object, ...], PodShape] = {}
         self.seen = 0
         self.version = 0
+        self.fixed = False
+        """The distribution was given whole (`of`): arrivals no longer change it."""
         self._next = 1
         self._distribution: list[tuple[PodShape, float]] = []
 
+    @classmethod
+    def of(cls, shapes: Sequence[PodShape]) -> Workload:
+        """The distribution of a workload known in advance (every pod of a replay's input, a
+        configured profile), kept as it is whatever arrives."""
+        workload = cls()
+        for shape in shapes:
+            workload.observe(shape)
+        workload._publish()
+        workload.fixed = True
+        return workload
+
     def observe(self, shape: PodShape) -> None:
+        if self.fixed:
+            return
         key = shape.key
         self.shapes.setdefault(key, shape)
         self.counts[key] += 1
         self.seen += 1
         if self.seen >= self._next:
             self._next = self.seen * 2 if self.seen < self.refresh else self.seen + self.refresh
-            common = self.counts.most_common()
-            total = sum(n for _, n in common)
-            self._distribution = [(self.shapes[k], n / total) for k, n in common]
-            self.version += 1
+            self._publish()
+
+    def _publish(self) -> None:
+        common = self.counts.most_common()
+        total = sum(n for _, n in common)
+        self._distribution = [(self.shapes[k], n / total) for k, n in common]
+        self.version += 1
 
     def distribution(self) -> list[tuple[PodShape, float]]:
         return self._distribution

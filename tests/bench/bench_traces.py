@@ -22,8 +22,9 @@ from pathlib import Path
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.simulation.allocation_report import AllocationReport, parse_points
 from dra_driver.simulation.pods import key_of, pod_claims
-from dra_driver.simulation.replay import Cluster, PodPolicy
-from tests.bench.traces import cluster, inflate, pod_objects, read_nodes, read_pods
+from dra_driver.simulation.replay import Cluster, PodPolicy, workload_of
+from dra_driver.simulation.workload import Workload
+from tests.bench.traces import TracePod, cluster, inflate, pod_objects, read_nodes, read_pods
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "openb"
 POINTS = ("100%", "120%")
@@ -35,15 +36,31 @@ PUBLISHED = {
 }
 
 
+def trace_workload(snapshot: ClusterSnapshot, trace_pods: list[TracePod]) -> Workload:
+    """Every pod of the trace: the workload the score weighs by (the sampled arrivals draw from
+    these pods), as `simulate` weighs by every pod of its input."""
+    templates = [pod_objects(trace_pod, i) for i, trace_pod in enumerate(trace_pods)]
+    return workload_of(
+        snapshot, ((pod, pod_claims(pod, {}, {key_of(t): t for t in ts})) for pod, ts in templates)
+    )
+
+
 def run(
-    directory: Path, trace: str, policy: PodPolicy, seed: int, fuller_first: bool = True
+    directory: Path,
+    trace: str,
+    policy: PodPolicy,
+    seed: int,
+    fuller_first: bool = True,
+    online: bool = False,
 ) -> list[tuple[float, float]]:
     """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them."""
     nodes, slices, classes = cluster(read_nodes(directory))
     snapshot = ClusterSnapshot.build(slices, classes, nodes)
-    sim = Cluster(snapshot, nodes, policy, fuller_first=fuller_first)
+    trace_pods = read_pods(directory, trace)
+    workload = None if online else trace_workload(snapshot, trace_pods)
+    sim = Cluster(snapshot, nodes, policy, fuller_first=fuller_first, workload=workload)
     report = AllocationReport(snapshot, sim.usage, parse_points(",".join(POINTS)))
-    pods = inflate(read_pods(directory, trace), report.capacity, 1.3, seed)
+    pods = inflate(trace_pods, report.capacity, 1.3, seed)
     verbose = sys.stderr.isatty()
     for i, trace_pod in enumerate(pods):
         pod, templates = pod_objects(trace_pod, i)
@@ -69,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="scored: break ties by node order alone, as the paper does (not the fuller node)",
     )
+    parser.add_argument(
+        "--online",
+        action="store_true",
+        help="scored: learn the shapes as pods arrive instead of from the whole trace",
+    )
     args = parser.parse_args(argv)
     print(
         "| trace | mode | seeds | ratio 100 % | ratio 120 % | idle GPUs 100 % | idle 120 % "
@@ -79,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes.split(","):
             start = time.perf_counter()
             results = [
-                run(args.directory, trace, PodPolicy(mode), s, not args.node_order_ties)
+                run(
+                    args.directory,
+                    trace,
+                    PodPolicy(mode),
+                    s,
+                    not args.node_order_ties,
+                    args.online,
+                )
                 for s in range(args.seeds)
             ]
             means = [

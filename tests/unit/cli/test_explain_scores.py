@@ -8,6 +8,7 @@ whole one (fragmentation loss) while joining a shared device already in use bloc
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,8 @@ def test_first_fit_output_has_no_scored_section(
 
 POD_LINE = re.compile(
     r"^    (?:chosen )?(?P<node>n\d+): (?:(?P<why>[^;]+); )?fragmentation (?P<before>\S+) -> "
-    r"(?P<after>\S+) \(increase (?P<increase>\S+)\), free device room (?P<room>\S+), "
+    r"(?P<after>\S+) \(increase (?P<increase>\S+), (?P<points>\d+) points\), "
+    r"free device room after (?P<room>\S+), "
     r"the ranking picked (?P<picked>[^;]+); "
     r"the allocator takes (?P<devices>\S+) \(.*steer (?P<steer>\d+), loss (?P<loss>\S+)\)$"
 )
@@ -209,11 +211,13 @@ def test_a_pod_shows_the_fragmentation_terms_that_ranked_the_nodes(
         increase = float(row["after"]) - float(row["before"])
         assert float(row["increase"]) == pytest.approx(increase, abs=1e-3)
         assert row["devices"] == row["picked"] and row["steer"] == "0"
-        assert 0 < float(row["room"]) <= 4
+        assert 0 <= float(row["room"]) <= 4
+        assert int(row["points"]) == int(100 / (1 + math.exp(float(row["increase"]))))
     # n0's shared device is half full already: another quarter there leaves the room that
     # is left usable, a fresh shared device on n1 fragments it.
     assert float(chosen["increase"]) < float(other["increase"])
-    assert other["why"].startswith("loses on fragmentation increase")
+    assert int(chosen["points"]) > int(other["points"])
+    assert other["why"].startswith(f"loses on points ({other['points']} against")
     assert lines[-2].startswith("    chosen n0: ")
     # What simulate does with the pod.
     path = tmp_path / "in.yaml"

@@ -5,7 +5,9 @@
 straight from the definitions: the expected fragmentation of a node is the sum over the kept
 shapes of `p * total room` where its free CPU or memory cannot take the shape, else `p` times
 the room the shape cannot use; the increase is taken for each placement option, and groups of
-nodes in equal states are ranked by the rounded increase, then the tie, then node order. The two
+nodes in equal states are ranked by FGD's points for the increase (the best option of a node is
+the one with the most points, then the least free room after it), then the free room after, then
+node order (best fit: the rounded room after, then the CPU share left). The two
 must agree exactly, float for float, on random small clusters, so that a faster ranking cannot
 change an answer unnoticed.
 """
@@ -13,6 +15,7 @@ change an answer unnoticed.
 from __future__ import annotations
 
 import copy
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -130,30 +133,39 @@ def _expected(
             if not options:
                 continue
         before = _fragmentation(index, node, avail, free, weighted) if scored else 0.0
-        best: tuple[float, tuple[int, ...], float] | None = None
+        choice: Choice | None = None
+        best_key: tuple[float, float] | None = None
         for picked in options:
             after_avail = index._after(units, avail, picked, shape.demand, node)
+            room = sum(unit_rooms(units, after_avail))
+            ids = tuple(units.devices[i].id for i in picked)
             if scored:
                 after = _fragmentation(index, node, after_avail, tuple(left), weighted)
                 value = after - before
-            else:
-                after = value = sum(unit_rooms(units, after_avail))
-            if best is None or value < best[0] - EPS:
-                best = (value, picked, after)
-        assert best is not None
-        room = sum(unit_rooms(units, avail))
-        ids = tuple(units.devices[i].id for i in best[1])
-        choice = Choice(node, best[0], ids, before, best[2], room)
+                points = _points(value)
+                key = (-points, room if sim.fuller_first else 0.0)
+                if best_key is None or key < best_key:
+                    best_key = key
+                    choice = Choice(node, value, ids, before, after, room, points)
+            elif choice is None or room < choice.value - EPS:
+                choice = Choice(node, room, ids, 0.0, room, room)
+        assert choice is not None
         if scored:
-            tie = room if sim.fuller_first else 0.0
+            order: tuple[float, ...] = (-choice.points, choice.room if sim.fuller_first else 0.0)
         else:
             allocatable = sim.ledger.allocatable[node]
-            tie = (sim.ledger.free(node).get(CPU, 0) - requests.get(CPU, 0)) / allocatable.amount(
-                CPU
-            )
-        ranked.append((round(choice.value, 9), tie, sim.nodes.index(node), choice))
+            cpu_left = sim.ledger.free(node).get(CPU, 0) - requests.get(CPU, 0)
+            order = (round(choice.value, 9), cpu_left / allocatable.amount(CPU))
+        ranked.append((*order, sim.nodes.index(node), choice))
     ranked.sort(key=lambda r: r[:3])
     return [r[3] for r in ranked]
+
+
+def _points(increase: float) -> int:
+    """FGD's score: 100 times the logistic function of the decrease, truncated."""
+    if increase > 700:
+        return 0  # exp would overflow; the score is 0 long before
+    return int(100 / (1 + math.exp(increase)))
 
 
 def _replay_and_compare(

@@ -5,15 +5,17 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.allocator.claims import plan_claim
 from dra_driver.checker.rules import check_allocations
 from dra_driver.noderesources import pod_requests
+from dra_driver.simulation.fragindex import fgd_points
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
-from dra_driver.simulation.workload import PodShape, shape_of
+from dra_driver.simulation.workload import PodShape, Workload, shape_of
 from tests.bench.traces import TracePod, cluster, pod_objects
 
 NODES = [
@@ -159,3 +161,45 @@ def test_the_shapes_weighed_are_the_most_common_up_to_95_percent(rare_pods: int,
     assert len(weighed) == kept
     assert (rare in [shape for shape, _ in weighed]) == (100 / total < 0.95)
     assert sum(p for _, p in weighed) == pytest.approx(1.0)
+
+
+def test_pods_without_devices_are_not_weighed() -> None:
+    """A CPU-only shape, however common, is not part of the workload the score weighs by: it
+    would make every node short of its CPU count all its free GPUs as lost (FGD's target
+    workload is the pods that ask for GPUs)."""
+    nodes, slices, classes = cluster(NODES)
+    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
+    gpu = _shape(sim, TracePod("g", 1000, 1024, 1, 500, ()), 0)
+    cpu_only = _shape(sim, TracePod("c", 30000, 1024, 0, 0, ()), 1)
+    weighed = sim.index.weighted([(cpu_only, 0.9), (gpu, 0.1)])
+    assert weighed == [(gpu, 1.0)]
+
+
+def test_a_workload_given_whole_is_not_changed_by_arrivals() -> None:
+    nodes, slices, classes = cluster(NODES)
+    snapshot = ClusterSnapshot.build(slices, classes, nodes)
+    probe = Cluster(snapshot, nodes, PodPolicy.SCORED)
+    shapes = [_shape(probe, TracePod(f"s{i}", 1000 + i, 1024, 1, 250, ()), i) for i in range(3)]
+    workload = Workload.of([shapes[0], shapes[0], shapes[1]])
+    assert workload.distribution() == [(shapes[0], 2 / 3), (shapes[1], 1 / 3)]
+    sim = Cluster(snapshot, nodes, PodPolicy.SCORED, workload=workload)
+    pod, templates = pod_objects(TracePod("new", 1000, 1024, 2, 1000, ()), 9)
+    version = workload.version
+    assert sim.place_pod(pod, pod_claims(pod, {}, {key_of(t): t for t in templates})).node
+    assert workload.version == version
+    assert workload.distribution() == [(shapes[0], 2 / 3), (shapes[1], 1 / 3)]
+
+
+def test_points_are_fgds_truncated_logistic_score() -> None:
+    """FGD scores a node 100 x sigmoid(-increase), truncated: increases a few hundredths of a
+    GPU apart score the same (ties, which go to the fuller node), and large ones far more."""
+    assert fgd_points(np.array([0.0, 0.01, 0.03, 0.05, -0.05, 1.0, 40.0, 1e6])).tolist() == [
+        50,
+        49,
+        49,
+        48,
+        51,
+        26,
+        0,
+        0,
+    ]
