@@ -5,8 +5,8 @@ Fragmentation Gradient Descent", USENIX ATC '23), over any driver's slices. For 
 one pod shape, the *fragment* is the free device room that shape cannot use: all of it when the
 node cannot host the shape (CPU, memory or too few usable devices), else the room of the units
 (see rooms.py) whose best matching device offers less than the shape needs. The node's expected
-fragmentation weighs the shapes by the learned workload (workload.py). A pod goes to the node,
-and the unit on it, that increases expected fragmentation least.
+fragmentation weighs the shapes by the workload (workload.py). A pod goes to the node, and the
+unit on it, whose increase of expected fragmentation scores the most points (below).
 
 Shapes are weighed by their share of the pods that ask for devices, as in the paper (pods
 without devices would steer GPU pods away from nodes short of CPU for them); the most common

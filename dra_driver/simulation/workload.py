@@ -1,13 +1,17 @@
-"""The shapes of the pods that arrive, learned online: what the fragmentation score weighs by.
+"""The shapes of the pods of a workload: what the fragmentation score weighs by.
 
 A shape is what decides where a pod can go: its node resource requests (CPU, memory, ...) and its
 dominant device demand (how many devices, of which class and selectors, how large a share of
-each). Shapes are counted as pods arrive; the distribution holds every shape seen, by its share
-of the pods (the fragmentation index weighs and trims it). Until a pod has been seen, the prior
-is "future pods look like this one" (the distribution holds the arriving pod alone), so the first
-placements degrade to best fit. The distribution is refreshed when the count of pods seen doubles
-(and every `refresh` pods later), so cached scores stay valid between refreshes; it never comes
-from a file, only from what arrived.
+each). The distribution holds every shape, by its share of the pods (the fragmentation index
+leaves out the shapes without devices, and weighs and trims the rest).
+
+When every pod to come is known in advance (`simulate`'s input, a trace), the distribution is
+theirs from the start and stays (`Workload.of`). Otherwise shapes are counted as pods arrive:
+until a pod has been seen, the prior is "future pods look like this one" (the distribution holds
+the arriving pod alone), so the first placements degrade to best fit, and the distribution is
+refreshed when the count of pods seen doubles (and every `refresh` pods later), so cached scores
+stay valid between refreshes. Weights learned that way can be far from the whole workload's
+(docs/performance.md measures what that costs).
 """
 
 from __future__ import annotations

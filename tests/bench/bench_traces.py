@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--node-order-ties",
         action="store_true",
-        help="scored: break ties by node order alone, as the paper does (not the fuller node)",
+        help="scored: break equal points by node order alone (not the fuller node)",
     )
     parser.add_argument(
         "--online",
