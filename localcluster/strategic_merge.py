@@ -39,8 +39,12 @@ class _Patcher:
     def __init__(self, strategies: Strategies) -> None:
         self.strategies = strategies
 
-    def merge_map(self, original: Any, patch: Mapping[str, Any], path: str) -> Any:
-        """The merged map, or `_DELETED` for `$patch: delete`."""
+    def merge_map(
+        self, original: Any, patch: Mapping[str, Any], path: str, owned: bool = False
+    ) -> Any:
+        """The merged map, or `_DELETED` for `$patch: delete`. `owned`: `original` is a copy
+        made by this patch already (a part of the copied target), merged into in place rather
+        than copied again at every level."""
         directive = patch.get(_PATCH, "merge")
         if directive == "delete":
             return _DELETED
@@ -48,7 +52,9 @@ class _Patcher:
             return self.merge_map(None, {k: v for k, v in patch.items() if k != _PATCH}, path)
         if directive != "merge":
             raise bad_request(f"Unknown patch type: {directive}")
-        result: dict[str, Any] = copy_json(original) if isinstance(original, dict) else {}
+        result: dict[str, Any] = {}
+        if isinstance(original, dict):
+            result = original if owned else copy_json(original)
         for key, values in patch.items():
             if key.startswith(_DELETE_PRIMITIVE):
                 field = key[len(_DELETE_PRIMITIVE) :]
@@ -63,13 +69,13 @@ class _Patcher:
             if value is None:
                 result.pop(key, None)
             elif isinstance(value, dict):
-                merged = self.merge_map(result.get(key), value, here)
+                merged = self.merge_map(result.get(key), value, here, owned=True)
                 if merged is _DELETED:
                     result.pop(key, None)
                 else:
                     result[key] = merged
             elif isinstance(value, list):
-                result[key] = self.merge_list(result.get(key), value, here)
+                result[key] = self.merge_list(result.get(key), value, here, owned=True)
             else:
                 result[key] = copy_json(value)
         for key, order in patch.items():
@@ -85,13 +91,17 @@ class _Patcher:
             result = {k: v for k, v in result.items() if k in retain}
         return result
 
-    def merge_list(self, original: Any, patch: list[Any], path: str) -> list[Any]:
+    def merge_list(
+        self, original: Any, patch: list[Any], path: str, owned: bool = False
+    ) -> list[Any]:
         strategy = self.strategies.get(path)
         elements = [e for e in patch if not (isinstance(e, dict) and e.get(_PATCH) == "replace")]
         if strategy is None or len(elements) != len(patch):
             # No strategy (atomic) or `$patch: replace`: the patch's list is the new list.
             return [self._fresh(e, f"{path}[]") for e in elements]
-        current: list[Any] = copy_json(original) if isinstance(original, list) else []
+        current: list[Any] = []
+        if isinstance(original, list):
+            current = original if owned else copy_json(original)
         if strategy.merge_key is None:
             for value in elements:
                 if isinstance(value, (dict, list)):
@@ -113,7 +123,7 @@ class _Patcher:
             if index is None:
                 current.append(self._fresh(element, f"{path}[]"))
             else:
-                current[index] = self.merge_map(current[index], element, f"{path}[]")
+                current[index] = self.merge_map(current[index], element, f"{path}[]", owned=True)
         return current
 
     def _fresh(self, value: Any, path: str) -> Any:

@@ -581,14 +581,14 @@ class FragmentationIndex:
                 self._room[options[k][1]],
                 int(points[k]),
             )
-        best: tuple[float, tuple[int, ...], float] | None = None
+        best: tuple[float, tuple[int, ...]] | None = None
         for picked, after_gpu in options:
-            value = self._room[after_gpu]
-            if best is None or value < best[0] - EPS:
-                best = (value, picked, value)
+            room = self._room[after_gpu]
+            if best is None or room < best[0] - EPS:
+                best = (room, picked)
         assert best is not None
-        picked_ids = tuple(units.devices[i].id for i in best[1])
-        return Choice(node, best[0], picked_ids, 0.0, best[2], best[2])
+        room, picked = best
+        return Choice(node, room, tuple(units.devices[i].id for i in picked), 0.0, room, room)
 
     def _pick(self, node: str, avail: Sequence[float], demand: Demand) -> list[tuple[int, ...]]:
         """Per unit, its smallest device that still fits; one option per distinct room left
