@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from dra_driver.checker.rules import check_allocations
+from dra_driver.cli import simulate as simulate_cli
 from dra_driver.cli.main import main
 from dra_driver.noderesources import CPU, MEMORY, node_allocatable, pod_requests
-from tests.support import objects
+from dra_driver.simulation.workload import Workload
+from tests.support import objects, trace_inputs
 from tests.support.trace_inputs import sim_pod as pod
 
 DRV = "gpu.example.com"
@@ -262,3 +264,26 @@ def test_bad_pod_input_exits_2(
     path.write_text(yaml.safe_dump_all(docs))
     assert main(["simulate", "--input", str(path)]) == 2
     assert expected in capsys.readouterr().err
+
+
+def test_scored_pods_weigh_by_every_pod_of_the_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`simulate` knows every pod before it places the first, and the scored mode weighs by all
+    of them: the one-GPU pod goes to n0's free GPU, keeping n1's two GPUs whole. Weighed only by
+    the pods placed before it (two shares), it would go to n1 instead."""
+    docs = [
+        *trace_inputs.base(),
+        trace_inputs.pod("p0", "milli-500"),
+        trace_inputs.pod("p1", "milli-250"),
+        trace_inputs.pod("p2", "whole-1"),
+        trace_inputs.pod("p3", "milli-250"),
+    ]
+
+    def placed() -> dict[str, str | None]:
+        result = simulate(capsys, tmp_path, docs, "--mode", "scored")
+        return {p["name"]: p["node"] for p in result["pods"]}
+
+    assert placed() == {"p0": "n0", "p1": "n0", "p2": "n0", "p3": "n0"}
+    monkeypatch.setattr(simulate_cli, "input_workload", lambda *_: Workload())
+    assert placed()["p2"] == "n1"
