@@ -18,7 +18,7 @@ from typing import Any
 
 from controller.informer import Key, Obj, key_of
 from controller.view import ClusterView, allocation_of
-from dra_driver.allocator import AllocationError, InputError
+from dra_driver.allocator import AllocationError, AllocationMode, InputError
 from dra_driver.allocator.result import allocation_node
 from dra_driver.noderesources import Shortfall
 
@@ -187,14 +187,33 @@ def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decisi
             if not nodes:
                 _release(view, decision)
                 return Unallocatable(f"{prefix}{no_room(lacking)}")
-        placement = view.placer().place(state.missing, nodes=nodes, prefer=used)
-        if placement.allocations is None or placement.node is None:
+        node, allocations, reason = _place(view, state, nodes, used)
+        if allocations is None or node is None:
             _release(view, decision)
-            return Unallocatable(f"{prefix}{_with_reason(placement.reason, lacking)}")
-        _adopt(view, state.missing, placement.allocations, decision)
-        decision.nodes[key_of(state.pod)] = placement.node
-        used.add(placement.node)
+            return Unallocatable(f"{prefix}{_with_reason(reason, lacking)}")
+        _adopt(view, state.missing, allocations, decision)
+        decision.nodes[key_of(state.pod)] = node
+        used.add(node)
     return decision
+
+
+def _place(
+    view: ClusterView, state: _PodState, nodes: Sequence[str], used: set[str]
+) -> tuple[str | None, list[Obj] | None, str | None]:
+    """The pod's node and allocations. Scored mode asks the shared pod placer, which `simulate`
+    runs too, unless the pod is pinned to a node already (its ranking would weigh the pod's own
+    claims twice there). When it finds nothing, the allocator's placer is asked only while
+    failures are explained: its answer says why per node (and should it find room after all,
+    the pod takes it rather than waits)."""
+    placer = view.placer()
+    if view.mode is AllocationMode.SCORED and state.pinned is None:
+        found = view.place_pod(state.pod, state.missing, nodes)
+        if found.node is not None and found.allocations is not None:
+            return found.node, list(found.allocations), None
+        if not placer.explain_failures:
+            return None, None, found.reason
+    placement = placer.place(state.missing, nodes=nodes, prefer=used)
+    return placement.node, placement.allocations, placement.reason
 
 
 def _adopt(

@@ -52,6 +52,8 @@ class NodeLoad:
     def __init__(self) -> None:
         self._nodes: dict[str, NodeUsage] = {}
         self._pods: dict[Key, Counted] = {}
+        self.changed: set[str] = set()
+        """Nodes whose totals changed since the pod placer last read them (it clears this)."""
 
     def on(self, node: str) -> NodeUsage:
         return self._nodes.get(node, NodeUsage())
@@ -67,6 +69,7 @@ class NodeLoad:
             return False
         if old is not None:
             node, requests = old
+            self.changed.add(node)
             usage = self._nodes[node].minus(requests)
             if usage.pods:
                 self._nodes[node] = usage
@@ -75,6 +78,7 @@ class NodeLoad:
             del self._pods[pod]
         if counted is not None:
             node, requests = counted
+            self.changed.add(node)
             self._nodes[node] = self.on(node).plus(requests)
             self._pods[pod] = counted
         return old is not None

@@ -25,6 +25,8 @@ import structlog
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.node_load import NodeLoad, counted_node
 from controller.pod_nodes import Eligibility, constrains_node, eligible_nodes
+from controller.pod_placer import PodPlacer
+from controller.workload_profile import WorkloadSource
 from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage, VerdictCache
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.result import allocation_node
@@ -40,6 +42,7 @@ from dra_driver.noderesources import (
     pod_requests,
 )
 from dra_driver.pod_claims import claim_names, known_claim_names
+from dra_driver.simulation.replay import PodPlacement
 
 log = structlog.get_logger(__name__)
 
@@ -81,8 +84,13 @@ def allocation_of(claim: Mapping[str, Any] | None) -> Obj | None:
 
 
 class ClusterView:
-    def __init__(self, mode: AllocationMode) -> None:
+    def __init__(self, mode: AllocationMode, profile: WorkloadSource | None = None) -> None:
         self.mode = mode
+        self.profile = profile or WorkloadSource()
+        """What scored placement weighs by (`workload_profile`)."""
+        self._pod_placer: PodPlacer | None = None
+        self._pod_placer_for: tuple[Placer, int] | None = None
+        """The allocator's placer and the profile's epoch the pod placer was made for."""
         self.objects: dict[str, dict[Key, Obj]] = {
             kind: {}
             for kind in ("resourceslices", "deviceclasses", "nodes", "resourceclaims", "gpuqueues")
@@ -146,6 +154,29 @@ class ClusterView:
             self._rebuild()
         assert self._placer is not None
         return self._placer
+
+    def pod_placer(self) -> PodPlacer:
+        """The shared pod placer over the same snapshot and usage as `placer`, made again when
+        that is rebuilt or the profile is replaced."""
+        placer = self.placer()
+        wanted = (placer, self.profile.epoch)
+        if self._pod_placer is None or self._pod_placer_for != wanted:
+            self._pod_placer = PodPlacer(
+                placer,
+                self.nodes.values(),
+                self.load,
+                self.profile.workload_for(placer.snapshot),
+            )
+            self._pod_placer_for = wanted
+        return self._pod_placer
+
+    def place_pod(self, pod: Obj, claims: Sequence[Obj], nodes: Iterable[str]) -> PodPlacement:
+        """Where the shared pod placer puts `pod`'s `claims` among `nodes`; the pod is counted
+        in a learned workload the first time (a waiting pod is decided again and again)."""
+        key = key_of(pod)
+        placement = self.pod_placer().place(pod, claims, nodes, retry=key in self.profile.counted)
+        self.profile.count(key, pod, claims)
+        return placement
 
     @property
     def snapshot(self) -> ClusterSnapshot:
@@ -305,6 +336,7 @@ class ClusterView:
         if event.kind == "DELETED":
             self.pods.pop(event.key, None)
             self.load.set(event.key, None)
+            self.profile.forget_pod(event.key)
             self.generation += 1
             return
         self.pods[event.key] = event.obj

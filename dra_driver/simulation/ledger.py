@@ -65,6 +65,19 @@ class NodeResourceLedger:
         self.used[node] = self.used.get(node, NodeUsage()).plus(requests)
         self._adjust(node, requests, -1)
 
+    def set_used(self, node: str, used: NodeUsage) -> None:
+        """What the pods on `node` request, as counted elsewhere (the controller's view of the
+        pods on each node): the running totals follow."""
+        self.used[node] = used
+        allocatable = self.allocatable.get(node)
+        if allocatable is None:
+            return
+        free = dict(allocatable)
+        for name, amount in used.requested.items():
+            free[name] = free.get(name, 0) - amount
+        free[PODS] = free.get(PODS, 0) - used.pods
+        self._free[node] = free
+
     def give_back(self, node: str, requests: Resources) -> None:
         self.used[node] = self.used.get(node, NodeUsage()).minus(requests)
         self._adjust(node, requests, +1)

@@ -28,7 +28,7 @@ from the usage's change log (`catch_up`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,6 +166,24 @@ class NodeTable:
             )
         return found
 
+    def mask(self, names: Iterable[str]) -> NDArray[np.bool_]:
+        """The nodes of `names` (those the table knows) as a mask over its nodes."""
+        found = np.zeros(len(self.nodes), dtype=bool)
+        found[[i for n in names if (i := self._order.get(n)) is not None]] = True
+        return found
+
+    def _standing_for(self, allowed: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        """Per group, its first node in node order among `allowed`: a caller that may use only
+        some nodes (the controller, after node selectors, taints and room) ranks the same
+        groups, each stood for by the first node it may use."""
+        first = self._first & allowed
+        for i in np.flatnonzero(self._first & ~allowed).tolist():
+            for j in self._groups[self._group_of[self.nodes[i]]]:
+                if allowed[j]:
+                    first[j] = True
+                    break
+        return first
+
     def fitting(self, asks: Sequence[tuple[str, int]]) -> NDArray[np.bool_]:
         """Per node, whether its free resources take a pod asking `asks` (`asked(requests)`):
         `NodeResourceLedger.fits` for every node at once."""
@@ -184,17 +202,20 @@ class NodeTable:
         cpu: int,
         objective: Objective,
         fuller_first: bool,
+        allowed: NDArray[np.bool_] | None = None,
     ) -> Iterator[Choice]:
         """The groups' best choices, best first, as ranking each group's first node with
         `FragmentationIndex.choose` would order them. `asks` are the pod's requests as the
-        ledger checks them, `cpu` its CPU request (best fit's tie). Lazy: a caller that stops
-        at the first node taking the pod builds one Choice."""
+        ledger checks them, `cpu` its CPU request (best fit's tie), `allowed` the nodes that
+        may be chosen (all by default). Lazy: a caller that stops at the first node taking the
+        pod builds one Choice."""
         if not self._built:
             self._build()
         index = self.index
         index.refresh()
         self.catch_up()
-        fits = self._first & self.fitting(asks)
+        first = self._first if allowed is None else self._standing_for(allowed)
+        fits = first & self.fitting(asks)
         requested = dict(shape.requests)
         for name in index.names:
             if name in requested:

@@ -20,6 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from dra_driver.allocator import (
     AllocationError,
     AllocationMode,
@@ -31,7 +34,7 @@ from dra_driver.allocator import (
 )
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
 from dra_driver.allocator.placement import search_node
-from dra_driver.noderesources import CPU, MEMORY, Resources, pod_requests
+from dra_driver.noderesources import CPU, MEMORY, NodeUsage, Resources, pod_requests
 from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import NodeResourceLedger, asked
 from dra_driver.simulation.ranking import NodeTable
@@ -88,10 +91,13 @@ class Cluster:
         keep_candidates: bool = False,
         fuller_first: bool = True,
         workload: Workload | None = None,
+        placer: Placer | None = None,
     ) -> None:
         """`fuller_first=False` breaks ties between equal fragmentation increases by node order
         alone (kept to measure what the fuller-node rule adds). `workload`: the shapes the score
-        weighs by, when they are known in advance; else they are learned as pods arrive."""
+        weighs by, when they are known in advance; else they are learned as pods arrive.
+        `placer`: the allocator's placer to record allocations through, over `usage` (the
+        controller's, so that its per-node counts stay right); else one of its own."""
         self.snapshot = snapshot
         self.usage = usage or Usage()
         self.policy = policy
@@ -100,7 +106,9 @@ class Cluster:
         self.nodes = snapshot.schedulable_node_names()
         known = set(self.nodes)
         self.nodes += [n for n in self.ledger.allocatable if n not in known]
-        self.placer = Placer(snapshot, self.usage, AllocationMode.FIRST_FIT, nodes=self.nodes)
+        self.placer = placer or Placer(
+            snapshot, self.usage, AllocationMode.FIRST_FIT, nodes=self.nodes
+        )
         self.workload = workload or Workload()
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
@@ -108,12 +116,21 @@ class Cluster:
         self._table: NodeTable | None = None
 
     def place_pod(
-        self, pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], *, retry: bool = False
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[Mapping[str, Any]],
+        *,
+        retry: bool = False,
+        among: Iterable[str] | None = None,
+        take: bool = True,
     ) -> PodPlacement:
         """Raises InputError / AllocationError as the allocator does for bad or fatal claims.
 
         `retry`: the pod was tried before (it waits in a queue), so its shape is not counted
-        again in the workload the scored policy learns."""
+        again in the workload the scored policy learns. `among`: the only nodes it may go to
+        (all by default). `take=False` records the claims' allocations in the usage but leaves
+        the pod's requests out of the ledger: the controller counts them itself once the
+        decision is assumed (`set_used`)."""
         requests = pod_requests(pod)
         plans = [plan_claim(self.snapshot, claim) for claim in claims]
         check_result_limit(plans)
@@ -122,16 +139,24 @@ class Cluster:
             self.workload.observe(shape)
         asks = asked(requests)
         placement = PodPlacement(None, None, None, requests, shape)
+        allowed = None if among is None else self.table.mask(among)
         if self.policy is not PodPolicy.FIRST_FIT:
-            self._ranked(placement, claims, plans, asks)
+            self._ranked(placement, claims, plans, asks, allowed)
         if placement.node is None:
-            self._first_fit(placement, plans, asks)
+            self._first_fit(placement, plans, asks, allowed)
         if placement.node is None:
-            placement.reason = self._reason(requests, asks)
+            placement.reason = self._reason(requests, asks, allowed)
             return placement
-        self.ledger.take(placement.node, requests)
+        if take:
+            self.ledger.take(placement.node, requests)
         self._regroup(placement.node)
         return placement
+
+    def set_used(self, node: str, used: NodeUsage) -> None:
+        """What the pods on `node` request now, as the caller counts them (the controller's
+        view of the pods on each node); its devices' usage is re-read too."""
+        self.ledger.set_used(node, used)
+        self._regroup(node)
 
     @property
     def table(self) -> NodeTable:
@@ -147,12 +172,18 @@ class Cluster:
             self._table.moved(node)
 
     def _first_fit(
-        self, placement: PodPlacement, plans: Sequence[ClaimPlan], asks: list[tuple[str, int]]
+        self,
+        placement: PodPlacement,
+        plans: Sequence[ClaimPlan],
+        asks: list[tuple[str, int]],
+        allowed: NDArray[np.bool_] | None = None,
     ) -> None:
         """The first node in node order where requests and claims fit. A node where the claims
         did not fit is skipped until its device usage changes (as the Placer does)."""
         signature = "|".join(p.signature for p in plans)
         fitting = self.table.fitting(asks)
+        if allowed is not None:
+            fitting &= allowed
         if not plans:
             if fitting.any():
                 placement.node, placement.allocations = self.nodes[int(fitting.argmax())], []
@@ -178,6 +209,7 @@ class Cluster:
         claims: Sequence[Mapping[str, Any]],
         plans: Sequence[ClaimPlan],
         asks: list[tuple[str, int]],
+        allowed: NDArray[np.bool_] | None = None,
     ) -> None:
         """Every node is considered: one evaluation per group of nodes in equal states (the
         group's first node in node order stands for it, as first fit would pick it)."""
@@ -185,7 +217,12 @@ class Cluster:
             Objective.FRAGMENTATION if self.policy is PodPolicy.SCORED else Objective.BEST_FIT
         )
         ranked: Iterable[Choice] = self.table.ranked(
-            placement.shape, asks, placement.requests.amount(CPU), objective, self.fuller_first
+            placement.shape,
+            asks,
+            placement.requests.amount(CPU),
+            objective,
+            self.fuller_first,
+            allowed,
         )
         if self.keep_candidates:
             ranked = placement.candidates = list(ranked)
@@ -214,10 +251,16 @@ class Cluster:
                 placement.choice = choice
                 return
 
-    def _reason(self, requests: Resources, asks: list[tuple[str, int]]) -> str:
+    def _reason(
+        self,
+        requests: Resources,
+        asks: list[tuple[str, int]],
+        allowed: NDArray[np.bool_] | None = None,
+    ) -> str:
         if not self.nodes:
             return "no node to try: none is known, or all are unschedulable"
-        fitting = int(self.table.fitting(asks).sum())
+        fits = self.table.fitting(asks)
+        fitting = int((fits if allowed is None else fits & allowed).sum())
         if fitting:
             return f"claims do not fit any of the {fitting} node(s) with room for the pod"
         counts: dict[str, int] = {}

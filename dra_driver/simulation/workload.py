@@ -86,16 +86,38 @@ class Workload:
         workload.fixed = True
         return workload
 
-    def observe(self, shape: PodShape) -> None:
+    @classmethod
+    def weighted(cls, shapes: Sequence[tuple[PodShape, float]]) -> Workload:
+        """A fixed distribution of shapes with weights (a profile): only proportions matter."""
+        workload = cls()
+        weights: dict[tuple[object, ...], float] = {}
+        for shape, weight in shapes:
+            workload.shapes.setdefault(shape.key, shape)
+            weights[shape.key] = weights.get(shape.key, 0.0) + weight
+        total = sum(weights.values())
+        ranked = sorted(weights.items(), key=lambda item: -item[1])
+        workload._distribution = [(workload.shapes[k], w / total) for k, w in ranked]
+        workload.seen = len(shapes)
+        workload.version += 1
+        workload.fixed = True
+        return workload
+
+    def observe(self, shape: PodShape, times: int = 1) -> None:
+        """Count `times` pods of `shape` (more than one: pods counted before, brought back)."""
         if self.fixed:
             return
         key = shape.key
         self.shapes.setdefault(key, shape)
-        self.counts[key] += 1
-        self.seen += 1
+        self.counts[key] += times
+        self.seen += times
         if self.seen >= self._next:
             self._next = self.seen * 2 if self.seen < self.refresh else self.seen + self.refresh
             self._publish()
+
+    def publish(self) -> None:
+        """Weigh by every pod counted so far now, not at the next doubling (counts brought
+        back at once, as the controller does when the cluster's classes change)."""
+        self._publish()
 
     def _publish(self) -> None:
         common = self.counts.most_common()
