@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import structlog
 
@@ -27,6 +28,7 @@ from dra_driver import __version__
 from dra_driver.allocator import AllocationMode
 from dra_driver.cli import flags
 from dra_driver.logging_setup import configure_logging
+from dra_driver.workload_profile import ProfileEntry, profile_text
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +71,27 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         report_interval_s=args.report_interval,
         default_queue=args.default_queue,
         reclaim_hold_s=args.reclaim_hold,
+        workload_profile=_profile(args.workload_profile),
+        workload_configmap=_configmap(args.workload_configmap, leader.lease_name),
     )
+
+
+def _profile(path: str | None) -> tuple[ProfileEntry, ...] | None:
+    """The configured profile, read once at start: a bad file stops the controller with the
+    file and field named, rather than placing by something else."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--workload-profile {path}: {err.strerror}") from None
+    return tuple(profile_text(text, path))
+
+
+def _configmap(name: str | None, lease_name: str) -> str | None:
+    if name == "-":
+        return None
+    return name or f"{lease_name}-workload"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from dra_driver.controller_names import (
     default_gang_size_label,
     default_gate,
 )
+from dra_driver.workload_profile import ProfileEntry
 
 
 def default_lease_name(driver_name: str) -> str:
@@ -78,6 +79,12 @@ class ControllerConfig:
     """A waiting pod whose reason changes is told the new one at most this often (the first
     reason goes out at once): reasons move with every pass while a queue reclaims or capacity
     comes and goes, and each report is two API calls."""
+    workload_profile: tuple[ProfileEntry, ...] | None = None
+    """A configured workload profile (`--workload-profile`); None: learn it from the pods."""
+    workload_configmap: str | None = None
+    """Where the learned profile is kept (in the Lease's namespace); None: nowhere."""
+    workload_write_s: float = 60.0
+    """The learned profile is written at most this often, and only when it changed."""
     settle_s: float = 0.2
     """Written allocations are re-checked against the watch this long after the write, before
     the gates come off: an allocator that decided on older state gets that long to land its

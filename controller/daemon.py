@@ -28,6 +28,8 @@ from controller.metrics import ControllerMetrics, MetricsEndpoint
 from controller.queue_metrics import QueueMetrics
 from controller.reconciler import WRITE_CONCURRENCY, Reconciler
 from controller.view import ClusterView
+from controller.workload_profile import WorkloadSource
+from controller.workload_store import ProfileStore, register_metrics
 from dra_driver.kube_client import api_client
 from dra_driver.signals import install_signal_handlers
 
@@ -44,8 +46,19 @@ class ControllerDaemon:
         self.metrics = AllocationMetrics(self.controller_metrics.registry)
         self.health = HealthState()
         self.elector = LeaderElector(config.leader, api, metrics=self.controller_metrics)
-        self.view = ClusterView(config.mode)
+        self.profile = WorkloadSource(config.workload_profile)
+        self.view = ClusterView(config.mode, self.profile)
         self.calls = ControllerApi(api, COMPONENT)
+        register_metrics(self.controller_metrics.registry, self.profile)
+        self.store: ProfileStore | None = None
+        if config.workload_profile is None and config.workload_configmap:
+            self.store = ProfileStore(
+                self.calls,
+                config.leader.lease_namespace,
+                config.workload_configmap,
+                self.profile,
+                config.workload_write_s,
+            )
         self.term: int | None = None
         self.queue_metrics = QueueMetrics(self.controller_metrics.registry)
         self.reconciler = Reconciler(
@@ -115,10 +128,19 @@ class ControllerDaemon:
     async def _lead(self, term: int, stop: asyncio.Event) -> None:
         self.term = term
         log.info("leading: allocating", term=term)
+        if self.store is not None:
+            await self.store.load()  # the last leader's profile, before the first decision
         self.reconciler.take_over()
         loop_task = asyncio.create_task(self.reconciler.run(stop))
         lost = asyncio.ensure_future(self.elector.wait_not_leading())
+        keeping = asyncio.create_task(self.store.keep()) if self.store is not None else None
         await asyncio.wait([loop_task, lost], return_when=asyncio.FIRST_COMPLETED)
+        if keeping is not None:
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeping
+            if self.store is not None and not lost.done() and self._fence():
+                await self.store.save()  # stopping on request: keep what was learned
         self.term = None  # fences every write from here on
         lost.cancel()
         self.reconciler.wake()

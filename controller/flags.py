@@ -131,6 +131,18 @@ FLAGS: tuple[Flag, ...] = (
         help="seconds written allocations are watched for a colliding allocation by another "
         "allocator before the gate is lifted",
     ),
+    Flag(
+        "--workload-profile",
+        env="DRA_WORKLOAD_PROFILE",
+        help="scored mode: weigh placement by this workload profile file (shapes and counts, "
+        "see docs/allocation.md) instead of learning it from the pods placed",
+    ),
+    Flag(
+        "--workload-configmap",
+        env="DRA_WORKLOAD_CONFIGMAP",
+        help="ConfigMap (in the Lease's namespace) that keeps the learned workload profile "
+        "across restarts and leader changes; default <lease name>-workload, - to keep none",
+    ),
     common.LOG_FORMAT,
     common.LOG_LEVEL,
 )

@@ -155,6 +155,38 @@ class ControllerApi:
         )
         return _json(response)
 
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        """The ConfigMap, or None when there is none."""
+        try:
+            response = self._core.read_namespaced_config_map(
+                name, namespace, _preload_content=False
+            )
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return _json(response)
+
+    def put_configmap(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> str:
+        """Create the ConfigMap (`resource_version` None) or replace the one of that version
+        (409 when someone else wrote it since); its new resourceVersion."""
+        metadata = {"name": name, "namespace": namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(data)}
+        # The typed signatures want a V1ConfigMap; the client sends a plain dict body as it is.
+        if resource_version is None:
+            response = cast(Any, self._core).create_namespaced_config_map(
+                namespace, body, _preload_content=False
+            )
+        else:
+            response = cast(Any, self._core).replace_namespaced_config_map(
+                name, namespace, body, _preload_content=False
+            )
+        return str(_json(response)["metadata"]["resourceVersion"])
+
     def get_pod(self, namespace: str, name: str) -> Obj:
         response = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
         return _json(response)

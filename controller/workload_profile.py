@@ -23,13 +23,9 @@ import structlog
 
 from controller.informer import Key
 from dra_driver.allocator import AllocationError, ClusterSnapshot, InputError
-from dra_driver.simulation.profile import (
-    ProfileEntry,
-    entry_of,
-    shape_of_entry,
-    workload_of_profile,
-)
+from dra_driver.simulation.profile import shape_of_entry, workload_of_profile
 from dra_driver.simulation.workload import Workload
+from dra_driver.workload_profile import ProfileEntry, entry_of
 
 log = structlog.get_logger(__name__)
 
@@ -105,8 +101,10 @@ class WorkloadSource:
         self.counted.discard(pod)
 
     def restore(self, entries: Sequence[ProfileEntry]) -> None:
-        """Take back counts kept before (the store's ConfigMap): added to what was counted
-        since the start, entry by entry."""
+        """Take the counts kept before (the store's ConfigMap, at the start of a term): they
+        replace what this replica holds, which the last leader's counts include or, on a
+        replica that never led, is nothing."""
+        self.learned = {}
         for entry in entries:
             found = self.learned.get(entry.key)
             weight = entry.weight + (0.0 if found is None else found.weight)

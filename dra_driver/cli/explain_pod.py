@@ -36,12 +36,19 @@ from dra_driver.noderesources import pod_requests
 from dra_driver.simulation.fragindex import Choice
 from dra_driver.simulation.pods import key_of
 from dra_driver.simulation.replay import Cluster, PodPlacement
+from dra_driver.workload_profile import ProfileEntry
 
 RUNNERS_UP = 3
 """Ranked nodes shown after the chosen one."""
 
 
-def explain_pod(objects: ClusterObjects, target: str, mode: AllocationMode) -> list[str]:
+def explain_pod(
+    objects: ClusterObjects,
+    target: str,
+    mode: AllocationMode,
+    profile: Sequence[ProfileEntry] | None = None,
+) -> list[str]:
+    """`profile`: the workload to weigh by instead of the input's pods (`--workload`)."""
     if "/" not in target:
         target = f"default/{target}"
     if objects.queues:
@@ -53,7 +60,7 @@ def explain_pod(objects: ClusterObjects, target: str, mode: AllocationMode) -> l
     arrivals = pod_arrivals(objects.pods)
     if all(key_of(pod) != target for _, _, pod in arrivals):
         raise InputError(f"--pod {target}: no such Pod in the input")
-    run = Simulation(objects, mode)
+    run = Simulation(objects, mode, profile)
     by_key = {claim_key(c): c for c in objects.claims}
     used = claims_used_by_pods(objects, by_key)
     for claim in pending_claims(objects):

@@ -17,6 +17,7 @@ from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.inputs import InputFileError, load_objects
 from dra_driver.queues.spec import format_gpu
 from dra_driver.simulation.allocation_report import ReportPoint, ReportRow, parse_points
+from dra_driver.workload_profile import ProfileEntry, profile_text
 
 if TYPE_CHECKING:
     from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress
@@ -38,6 +39,16 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         choices=[m.value for m in AllocationMode],
         default=AllocationMode.FIRST_FIT.value,
         help="first-fit: the kube-scheduler's answer; scored: topology and fragmentation aware",
+    )
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        metavar="FILE",
+        help=(
+            "scored mode: weigh pod placement by this workload profile (the controller's "
+            "--workload-profile format, or the ConfigMap the controller keeps its learned "
+            "profile in) instead of by the input's pods, as the controller does"
+        ),
     )
 
 
@@ -121,21 +132,40 @@ def _progress() -> Progress | None:
     return show
 
 
+def read_profile(path: Path | None) -> list[ProfileEntry] | None:
+    """The workload profile of `--workload`; ValueError naming the file and field."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--workload {path}: {err.strerror}") from None
+    return profile_text(text, str(path))
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     # Imported here: the replay loads numpy, which the other commands do not need.
     from dra_driver.cli.simulate import simulate_all  # noqa: PLC0415
 
     progress = _progress()
+    warnings: list[str] = []
     try:
         outcomes: Outcomes = simulate_all(
-            load_objects(args.input), AllocationMode(args.mode), progress, args.report
+            load_objects(args.input),
+            AllocationMode(args.mode),
+            progress,
+            args.report,
+            profile=read_profile(args.workload),
+            warnings=warnings,
         )
-    except (InputFileError, InputError) as err:
+    except (InputFileError, InputError, ValueError) as err:
         print(f"dra-driver simulate: {err}", file=sys.stderr)
         return 2
     finally:
         if progress is not None:
             print("\r\033[K", end="", file=sys.stderr)
+    for warning in warnings:
+        print(f"dra-driver simulate: {warning}", file=sys.stderr)
     if args.output == "json":
         out: dict[str, Any] = {
             "claims": [o.as_json() for o in outcomes.claims],
@@ -166,10 +196,11 @@ def run_explain(args: argparse.Namespace) -> int:
     try:
         objects = load_objects(args.input)
         if args.pod is not None:
-            lines = explain_pod(objects, args.pod, AllocationMode(args.mode))
+            profile = read_profile(args.workload)
+            lines = explain_pod(objects, args.pod, AllocationMode(args.mode), profile)
         else:
             lines = explain_claim(objects, args.claim, AllocationMode(args.mode))
-    except (InputFileError, InputError) as err:
+    except (InputFileError, InputError, ValueError) as err:
         print(f"dra-driver explain: {err}", file=sys.stderr)
         return 2
     print("\n".join(lines))

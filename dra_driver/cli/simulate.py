@@ -40,10 +40,12 @@ from dra_driver.cli.inputs import ClusterObjects
 from dra_driver.queues import QueueTree
 from dra_driver.simulation.allocation_report import AllocationReport, ReportPoint, ReportRow
 from dra_driver.simulation.pods import ARRIVAL, DEPARTURE, key_of, pod_claims, seconds
+from dra_driver.simulation.profile import workload_of_profile
 from dra_driver.simulation.queue_report import QueueReport, build_report
 from dra_driver.simulation.queued import QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPlacement, PodPolicy, workload_of
 from dra_driver.simulation.workload import Workload
+from dra_driver.workload_profile import ProfileEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +102,16 @@ Progress = Callable[[float, int], None]
 class Simulation:
     """The state of one run; `explain` reuses it to replay the claims before the one asked about."""
 
-    def __init__(self, objects: ClusterObjects, mode: AllocationMode) -> None:
+    def __init__(
+        self,
+        objects: ClusterObjects,
+        mode: AllocationMode,
+        profile: Sequence[ProfileEntry] | None = None,
+    ) -> None:
         self.objects = objects
+        self.profile = profile
+        """A workload profile to weigh by (`--workload`), instead of the input's pods."""
+        self.warnings: list[str] = []
         self.snapshot = ClusterSnapshot.build(objects.slices, objects.classes, objects.nodes)
         self.usage = Usage()
         self.placer = Placer(
@@ -140,10 +150,16 @@ def simulate_all(
     mode: AllocationMode,
     progress: Progress | None = None,
     report: Sequence[ReportPoint] = (),
+    profile: Sequence[ProfileEntry] | None = None,
+    warnings: list[str] | None = None,
 ) -> Outcomes:
     """Claims no pod uses first, in file order, then the pods; InputError for malformed input,
-    or for share points in `report` when the input publishes no GPUs."""
-    run = Simulation(objects, mode)
+    or for share points in `report` when the input publishes no GPUs. `profile`: the workload
+    to weigh by instead of the input's pods; its entries left out (a class the input lacks)
+    are added to `warnings`."""
+    run = Simulation(objects, mode, profile)
+    if warnings is not None:
+        run.warnings = warnings
     by_key = {claim_key(claim): claim for claim in objects.claims}
     used = claims_used_by_pods(objects, by_key)
     reader: AllocationReport | None = None
@@ -205,7 +221,12 @@ def claims_used_by_pods(objects: ClusterObjects, claims: Mapping[str, Any]) -> s
 def input_workload(
     run: Simulation, objects: ClusterObjects, claims: Mapping[str, Mapping[str, Any]]
 ) -> Workload:
-    """Every pod of the input, each once: the workload the scored mode weighs by."""
+    """Every pod of the input, each once: the workload the scored mode weighs by; or the
+    profile given instead (as the controller weighs by its configured or learned profile)."""
+    if run.profile is not None:
+        workload, skipped = workload_of_profile(run.snapshot, run.profile)
+        run.warnings += [f"workload profile entry left out: {why}" for why in skipped]
+        return workload
     templates = {key_of(t): t for t in objects.templates}
 
     def with_claims() -> Iterator[tuple[Mapping[str, Any], list[Mapping[str, Any]]]]:

@@ -1,70 +1,15 @@
-"""Workload profiles: the pod shapes the scored placement weighs by, written down.
-
-One format serves three places, so what one writes the others read:
-
-- a cluster admin's configured profile (a file, or a ConfigMap mounted as one), given to the
-  controller with `--workload-profile` and to `simulate` with `--workload`;
-- the profile the controller learns from the pods it places, kept in a ConfigMap so that a
-  restart or a new leader goes on from it instead of from nothing;
-- `simulate --workload` given that ConfigMap's data, to predict what the controller will do.
-
-A profile is a list of entries, each a pod's requests (CPU, memory, ... as in a container's
-`resources.requests`) and the `spec` of each of its ResourceClaims, with a `count` of pods of
-that shape (or a `weight`, any positive number: only the proportions matter):
-
-    shapes:
-    - count: 30
-      requests: {cpu: "4", memory: 16Gi}
-      claims:
-      - devices:
-          requests:
-          - name: gpu
-            exactly: {deviceClassName: gpu.nvidia.com, count: 1}
-
-Claims are written as specs rather than as shapes because a shape (its device selectors) is
-worked out against the DeviceClasses the cluster has now: the same entry stays right when a
-class changes.
-"""
+"""A workload profile (`dra_driver.workload_profile`) as the shapes the scored placement weighs
+by, worked out against the cluster's DeviceClasses now."""
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from dra_driver.allocator import AllocationError, ClusterSnapshot, InputError
 from dra_driver.allocator.claims import plan_claim
-from dra_driver.noderesources import CPU, Resources, parse_list, pod_requests
 from dra_driver.simulation.workload import PodShape, Workload, shape_of
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileEntry:
-    requests: Resources
-    claims: tuple[Mapping[str, Any], ...]
-    """The `spec` of each of the pod's ResourceClaims."""
-    weight: float
-
-    @property
-    def key(self) -> str:
-        """The entry's identity: equal pods make equal keys, whatever their names."""
-        return json.dumps(
-            {"requests": dict(sorted(self.requests.items())), "claims": list(self.claims)},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-
-
-def entry_of(
-    pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], weight: float = 1
-) -> ProfileEntry:
-    """The entry of one pod with these claims."""
-    specs = tuple(dict(claim.get("spec") or {}) for claim in claims)
-    return ProfileEntry(pod_requests(pod), specs, weight)
+from dra_driver.workload_profile import ProfileEntry
 
 
 def _claim(spec: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -95,70 +40,3 @@ def workload_of_profile(
         except (InputError, AllocationError) as err:
             skipped.append(f"shapes[{i}]: {err}")
     return Workload.weighted(shapes), skipped
-
-
-def parse_profile(data: object, source: str) -> list[ProfileEntry]:
-    """Entries of a profile document (already loaded from YAML or JSON); ValueError naming
-    `source` and the field when it is not one."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("shapes"), list):
-        raise ValueError(f"workload profile {source}: expected a mapping with a `shapes` list")
-    entries = []
-    for i, raw in enumerate(data["shapes"]):
-        where = f"workload profile {source}: shapes[{i}]"
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"{where} must be a mapping")
-        unknown = set(raw) - {"count", "weight", "requests", "claims"}
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-        if ("count" in raw) == ("weight" in raw):
-            raise ValueError(f"{where}: give exactly one of `count` and `weight`")
-        weight = raw.get("count", raw.get("weight"))
-        if "count" in raw and (isinstance(weight, bool) or not isinstance(weight, int)):
-            raise ValueError(f"{where}.count must be a whole number, got {weight!r}")
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or not math.isfinite(weight)
-            or weight <= 0
-        ):
-            field = "count" if "count" in raw else "weight"
-            raise ValueError(f"{where}.{field} must be above 0, got {weight!r}")
-        requests = raw.get("requests") or {}
-        if not isinstance(requests, Mapping):
-            raise ValueError(f"{where}.requests must be a mapping of resource to quantity")
-        parsed = parse_list(requests, keep=lambda _: True)
-        bad = sorted(str(name) for name in requests if str(name) not in parsed)
-        if bad:
-            raise ValueError(f"{where}.requests.{bad[0]}: {requests[bad[0]]!r} is no quantity")
-        claims = raw.get("claims") or []
-        if not isinstance(claims, list) or not all(isinstance(c, Mapping) for c in claims):
-            raise ValueError(f"{where}.claims must be a list of ResourceClaim specs")
-        entries.append(ProfileEntry(parsed, tuple(dict(c) for c in claims), float(weight)))
-    return entries
-
-
-def load_profile(text: str, source: str) -> list[ProfileEntry]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ValueError(f"workload profile {source}: not YAML or JSON: {err}") from None
-    return parse_profile(data, source)
-
-
-def dump_profile(entries: Sequence[ProfileEntry]) -> str:
-    """The profile as YAML, most common shape first; counts stay whole numbers. Quantities are
-    written exactly (CPU in millicores, the rest in plain units) so a profile read back is the
-    one written."""
-    shapes = []
-    for entry in sorted(entries, key=lambda e: (-e.weight, e.key)):
-        weight: dict[str, Any] = (
-            {"count": int(entry.weight)}
-            if float(entry.weight).is_integer()
-            else {"weight": entry.weight}
-        )
-        requests = {
-            name: (f"{amount}m" if name == CPU else str(amount))
-            for name, amount in sorted(entry.requests.items())
-        }
-        shapes.append({**weight, "requests": requests, "claims": [dict(c) for c in entry.claims]})
-    return yaml.safe_dump({"shapes": shapes}, sort_keys=False)

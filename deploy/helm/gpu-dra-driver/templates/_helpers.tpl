@@ -50,6 +50,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.controller.leaderElection.leaseName | default (printf "%s-controller" (replace "." "-" .Values.driverName)) -}}
 {{- end -}}
 
+{{/* The ConfigMap the controller keeps its learned workload profile in. */}}
+{{- define "gpu-dra-driver.workloadConfigMap" -}}
+{{- printf "%s-workload" (include "gpu-dra-driver.leaseName" .) | trunc 253 -}}
+{{- end -}}
+
 {{/* Refuse what would install but not work. `helm install` checks Chart.yaml's kubeVersion
 itself; `helm template` does not, so the chart says it too. */}}
 {{- define "gpu-dra-driver.checks" -}}
