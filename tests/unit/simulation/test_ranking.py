@@ -100,14 +100,20 @@ def _fragmentation(
 
 
 def _expected(
-    sim: Cluster, shape: PodShape, requests: Resources, weighted: Sequence[tuple[PodShape, float]]
+    sim: Cluster,
+    shape: PodShape,
+    requests: Resources,
+    weighted: Sequence[tuple[PodShape, float]],
+    among: set[str] | None = None,
 ) -> list[Choice]:
     """The ranking, node by node: one entry per group of nodes in equal states, its first node
-    standing for it."""
+    (of those in `among`, when given) standing for it."""
     index = sim.index
     scored = sim.policy is PodPolicy.SCORED
     groups: dict[tuple[int, tuple[float, ...], tuple[int, ...]], str] = {}
     for node in sim.nodes:
+        if among is not None and node not in among:
+            continue
         resources = sim.ledger.free(node)
         signature = index.rooms.node(node).signature
         key = (
@@ -169,9 +175,14 @@ def _points(increase: float) -> int:
 
 
 def _replay_and_compare(
-    policy: PodPolicy, seed: int, fuller_first: bool = True, huge_memory: bool = False
+    policy: PodPolicy,
+    seed: int,
+    fuller_first: bool = True,
+    huge_memory: bool = False,
+    subsets: bool = False,
 ) -> int:
     """Replays random pods on a random cluster; every pod's ranking must equal the slow one.
+    `subsets`: each pod may use only some nodes, as the controller offers them.
     Returns how many rankings had a node whose CPU or memory failed a kept shape."""
     rng = random.Random(seed)
     rows = _nodes(rng, 12)
@@ -196,10 +207,12 @@ def _replay_and_compare(
         workload.counts, workload.shapes = Counter(workload.counts), dict(workload.shapes)
         workload.observe(shape)  # what place_pod learns before it ranks
         weighted = sim.index.weighted(workload.distribution())
-        expected = _expected(sim, shape, requests, weighted)
+        among = set(rng.sample(sim.nodes, rng.randint(1, len(sim.nodes)))) if subsets else None
+        expected = _expected(sim, shape, requests, weighted, among)
         starved += _any_shape_failed(sim, weighted)
-        placement = sim.place_pod(pod, claims)
+        placement = sim.place_pod(pod, claims, among=among)
         assert placement.candidates == expected, f"pod {i}"
+        assert among is None or placement.node is None or placement.node in among
         if expected:
             assert placement.choice in expected
     return starved
@@ -218,6 +231,13 @@ def _any_shape_failed(sim: Cluster, weighted: Sequence[tuple[PodShape, float]]) 
 def test_scored_ranking_equals_the_formula_node_by_node(seed: int) -> None:
     starved = _replay_and_compare(PodPolicy.SCORED, seed)
     assert starved > 10  # the CPU/memory part of the formula was exercised
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ranking_among_some_nodes_equals_the_formula_over_them(seed: int) -> None:
+    """The controller offers only the nodes a pod may use: each group is then stood for by its
+    first node among those, and no other node is chosen."""
+    _replay_and_compare(PodPolicy.SCORED, seed, subsets=True)
 
 
 @pytest.mark.parametrize("seed", range(2))
