@@ -66,6 +66,11 @@ class PodPlacer:
         self._sync()
         return self.cluster.place_pod(pod, claims, retry=retry, among=nodes, take=False)
 
+    def warm(self) -> None:
+        """Work out every node's device state now rather than in the first decision."""
+        self._sync()
+        self.cluster.table.build()
+
     def _sync(self) -> None:
         """Bring the nodes that changed since the last decision up to date."""
         usage = self.cluster.usage

@@ -126,8 +126,11 @@ class ClusterView:
     # --- reading ---------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Build (and warm) the allocator's snapshot now, e.g. once the watches have synced."""
+        """Build (and warm) the allocator's snapshot now, e.g. once the watches have synced,
+        and in scored mode the pod placer's per-node state."""
         self.placer()
+        if self.mode is AllocationMode.SCORED:
+            self.pod_placer().warm()
 
     @property
     def claims(self) -> dict[Key, Obj]:

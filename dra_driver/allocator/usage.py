@@ -41,6 +41,10 @@ class Usage:
         a placer can tell which nodes changed since it last looked. Cleared when long, which
         `changes_epoch` records."""
         self.changes_epoch = 0
+        self.device_touches: dict[int, int] = {}
+        """Device → how many times an allocation of it was recorded or released: a GPU's
+        devices whose counts did not move are as available as they were (the replay's room
+        per GPU is read again only for GPUs that changed, `Rooms.availability`)."""
         self.derived: dict[int, dict[tuple[int, ...], dict[object, Any]]] = {}
         """Pool → counter group → what scoring derived from those counters under this usage
         alone (the group's free room, the loss of each device whose neighbourhood it is).
@@ -68,6 +72,7 @@ class Usage:
         other.over_committed = set(self.over_committed)
         other.node_versions = defaultdict(int, self.node_versions)
         other.unknown = self.unknown
+        other.device_touches = dict(self.device_touches)
         return other
 
     def in_use(self, device: Device) -> bool:
@@ -115,6 +120,7 @@ class Usage:
                     self.exclusive.pop(device.id, None)
             if was_in_use != self.in_use(device):
                 self._consume_counters(snapshot, device, 1 if not was_in_use else -1)
+            self.device_touches[device.id] = self.device_touches.get(device.id, 0) + 1
             self._touch(snapshot, device)
 
     def _consume_counters(self, snapshot: ClusterSnapshot, device: Device, sign: int) -> None:

@@ -119,6 +119,11 @@ class NodeTable:
             column = self._columns[name] = column.astype(object)
             column[i] = value
 
+    def build(self) -> None:
+        """Group the nodes by state now (else on the first ranking)."""
+        if not self._built:
+            self._build()
+
     def _build(self) -> None:
         self._built = True
         for i, node in enumerate(self.nodes):

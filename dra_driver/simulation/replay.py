@@ -149,7 +149,9 @@ class Cluster:
             return placement
         if take:
             self.ledger.take(placement.node, requests)
-        self._regroup(placement.node)
+            self._regroup(placement.node)
+        # Else the caller counts the pod itself and says so (`set_used`); the node's new device
+        # usage is read from the usage's change log before the next ranking.
         return placement
 
     def set_used(self, node: str, used: NodeUsage) -> None:

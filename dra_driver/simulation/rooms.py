@@ -66,6 +66,9 @@ class Rooms:
         self._names: dict[int, dict[int, tuple[str, str]]] = {}
         self._signatures: dict[object, int] = {}
         self._kinds: dict[object, int] = {}
+        self._parts: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], bool]]] = {}
+        self._availability: dict[str, tuple[Usage, list[int], list[tuple[float, ...]]]] = {}
+        """Node → the usage it was read from, each unit's touch count then, and its values."""
 
     def node(self, name: str) -> NodeUnits:
         found = self._nodes.get(name)
@@ -136,7 +139,47 @@ class Rooms:
         return self.weight(device)
 
     def availability(self, usage: Usage, name: str) -> tuple[float, ...]:
-        return tuple(self.available(usage, d) for d in self.node(name).devices)
+        """`available` of each of the node's devices. Only the units (GPUs) some device of
+        which was recorded or released since the last call are read again: what a device has
+        free depends only on its own unit's devices, whose counters it shares (a unit whose
+        pool spans nodes is always read, since devices elsewhere share its counters). The
+        controller reads a node of 248 MIG-published devices after every placement on it."""
+        units = self.node(name)
+        parts = self._parts.get(name)
+        if parts is None:
+            parts = self._parts[name] = self._unit_parts(units)
+        cached = self._availability.get(name)
+        if cached is not None and cached[0] is not usage:
+            cached = None
+        touches = usage.device_touches
+        stamps: list[int] = []
+        values: list[tuple[float, ...]] = []
+        for k, (indexes, ids, local) in enumerate(parts):
+            stamp = sum(touches.get(i, 0) for i in ids) if local else -1
+            if cached is not None and stamp >= 0 and cached[1][k] == stamp:
+                values.append(cached[2][k])
+            else:
+                values.append(tuple(self.available(usage, units.devices[i]) for i in indexes))
+            stamps.append(stamp)
+        self._availability[name] = (usage, stamps, values)
+        out = [0.0] * len(units.devices)
+        for (indexes, _, _), unit_values in zip(parts, values, strict=True):
+            for i, value in zip(indexes, unit_values, strict=True):
+                out[i] = value
+        return tuple(out)
+
+    def _unit_parts(self, units: NodeUnits) -> list[tuple[tuple[int, ...], tuple[int, ...], bool]]:
+        """Per unit: its device indexes, their device ids, and whether its pools are bound to
+        this node alone."""
+        parts = []
+        for unit in units.units:
+            members = [units.devices[i] for i in unit]
+            local = all(
+                (nodes := self.snapshot.pool_nodes(d.pool_index)) is not None and len(nodes) == 1
+                for d in members
+            )
+            parts.append((tuple(unit), tuple(d.id for d in members), local))
+        return parts
 
 
 def _free_fraction(usage: Usage, device: Device) -> float:
