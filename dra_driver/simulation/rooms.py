@@ -69,6 +69,7 @@ class Rooms:
         self._parts: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], bool]]] = {}
         self._availability: dict[str, tuple[Usage, list[int], list[tuple[float, ...]]]] = {}
         """Node → the usage it was read from, each unit's touch count then, and its values."""
+        self._unique: frozenset[object] | None = None
 
     def node(self, name: str) -> NodeUnits:
         found = self._nodes.get(name)
@@ -93,9 +94,15 @@ class Rooms:
         pools: dict[int, int] = {}
         for device in devices:
             pools.setdefault(device.pool_index, len(pools))
+        unique = self._node_unique()
         layout = (
             tuple(
-                (d.layout(), tuple(d.consumes), pools[d.pool_index], self._weights[d.id])
+                (
+                    _without(d.layout(), unique),
+                    tuple(d.consumes),
+                    pools[d.pool_index],
+                    self._weights[d.id],
+                )
                 for d in devices
             ),
             tuple(
@@ -109,6 +116,36 @@ class Rooms:
         )
         kind = self._kinds.setdefault(layout, len(self._kinds))
         return NodeUnits(devices, units, signature, kind)
+
+    def _node_unique(self) -> frozenset[object]:
+        """Attributes whose every value is published on one node only, and which appear on
+        several nodes: a GPU's UUID, the NVLink domain a node's GPUs share. They name a
+        particular device or node, not a kind of hardware, so a node's kind leaves them out:
+        else no two nodes were ever of one kind, and the placement's per-kind work (which
+        devices a demand matches, its options, the value of each state) was done again for
+        every node (a second per pod on a controller's first pass over 100 nodes). A selector
+        that reads one of them is then scored as if on the kind's first node; the allocator
+        still checks the node's own devices exactly."""
+        if self._unique is None:
+            nodes_of: dict[tuple[object, object], set[str]] = {}
+            for device in self.snapshot.devices:
+                if device.node_name is None:
+                    continue
+                attributes = device.layout()[2]
+                if not isinstance(attributes, tuple):
+                    continue
+                for item in attributes:
+                    nodes_of.setdefault((item[0], item[-1]), set()).add(device.node_name)
+            spread: dict[object, set[str]] = {}
+            shared: set[object] = set()
+            for (name, _), where in nodes_of.items():
+                spread.setdefault(name, set()).update(where)
+                if len(where) > 1:
+                    shared.add(name)
+            self._unique = frozenset(
+                name for name, where in spread.items() if len(where) > 1 and name not in shared
+            )
+        return self._unique
 
     def weight(self, device: Device) -> float:
         """What the device takes of its unit (its GPU), on the unit's partition counters (see
@@ -245,3 +282,12 @@ def unit_shares(
 
 def counter_names(pool: Pool) -> dict[int, tuple[str, str]]:
     return {index: key for key, index in pool.counter_index.items()}
+
+
+def _without(layout: tuple[object, ...], names: frozenset[object]) -> tuple[object, ...]:
+    """A device's layout without the attributes named in `names`."""
+    attributes = layout[2]
+    if not names or not isinstance(attributes, tuple):
+        return layout
+    kept = tuple(item for item in attributes if item[0] not in names)
+    return (*layout[:2], kept, *layout[3:])
