@@ -49,6 +49,12 @@ log = structlog.get_logger(__name__)
 SNAPSHOT_KINDS = frozenset({"resourceslices", "deviceclasses", "nodes"})
 
 
+MAX_GPU_STATES = 20_000
+"""The pod placer keeps every GPU state it has seen, with what it worked out for it (a node of
+eight MIG-published H100s is a tuple of 248 availabilities): a long-running controller makes a
+fresh one past this many, which costs one re-warm (about a second at 100 such nodes) and keeps
+its memory to a few tens of MiB."""
+
 #: Claim metadata that changes with every write and says nothing about the claim.
 _VOLATILE_METADATA = frozenset({"resourceVersion", "managedFields", "generation"})
 
@@ -163,6 +169,15 @@ class ClusterView:
         that is rebuilt or the profile is replaced."""
         placer = self.placer()
         wanted = (placer, self.profile.epoch)
+        if (
+            self._pod_placer is not None
+            and self._pod_placer.cluster.index.states_known > MAX_GPU_STATES
+        ):
+            log.info(
+                "pod placer made afresh",
+                gpu_states=self._pod_placer.cluster.index.states_known,
+            )
+            self._pod_placer = None
         if self._pod_placer is None or self._pod_placer_for != wanted:
             self._pod_placer = PodPlacer(
                 placer,

@@ -387,6 +387,11 @@ class FragmentationIndex:
             self._room.append(sum(rooms))
         return found
 
+    @property
+    def states_known(self) -> int:
+        """GPU states numbered so far (each kept for the run, with what was worked out for it)."""
+        return len(self._gpu_states)
+
     def room(self, gpu: int) -> float:
         return self._room[gpu]
 

@@ -348,3 +348,25 @@ async def test_a_forgotten_decision_leaves_no_load_on_its_node() -> None:
     view.forget(("default", "first"))
     second = decide(view, [pod("p2", ["second"])])
     assert isinstance(second, Decision) and nodes_of(second) == {"second": "node-a"}
+
+
+async def test_the_pod_placer_is_made_afresh_past_its_limit_of_gpu_states(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long-running controller must not keep every GPU state it ever saw: past the limit a
+    fresh pod placer takes over, over the same usage, and decisions go on unchanged."""
+    from controller import view as view_module
+
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    monkeypatch.setattr(view_module, "MAX_GPU_STATES", 1)
+    placers: list[object] = []  # held, so that no two can share an id
+    taken: list[str] = []
+    for i in range(4):
+        put(view, "resourceclaims", claim(f"c{i}"))
+        made = decide(view, watched(view, pod(f"p{i}", [f"c{i}"])))
+        assert isinstance(made, Decision)
+        allocation = made.allocations[("default", f"c{i}")]
+        taken += [f"{allocation_node(allocation)}/{d}" for d in devices(allocation)]
+        placers.append(view.pod_placer())
+    assert len({id(p) for p in placers}) > 1
+    assert len(set(taken)) == 4  # no device twice across the fresh placers
