@@ -67,9 +67,13 @@ class PodPlacer:
         return self.cluster.place_pod(pod, claims, retry=retry, among=nodes, take=False)
 
     def warm(self) -> None:
-        """Work out every node's device state now rather than in the first decision."""
+        """Work out every node's device state (and which of its devices share counters) now
+        rather than in the first decisions."""
         self._sync()
         self.cluster.table.build()
+        index = self.cluster.index
+        for node in self.cluster.nodes:
+            index.conflicts(index.rooms.node(node))
 
     def _sync(self) -> None:
         """Bring the nodes that changed since the last decision up to date."""
