@@ -33,7 +33,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "kubeletPlugin": {"claimCache": True},
     },
     # Another driver name, a subset of shapes, extended resources and explicit names; the
-    # Grafana dashboard.
+    # Grafana dashboard; a configured workload profile.
     "custom-driver": {
         "driverName": "gpu.example.com",
         "kubeletPlugin": {
@@ -46,6 +46,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "gateName": "example.com/gpu-placement",
             "leaderElection": {"leaseName": "gpu-placement"},
             "queues": {"defaultQueue": "unassigned", "reclaimHold": "120s"},
+            "workloadProfile": {
+                "shapes": [{"weight": 0.5, "requests": {"cpu": "2", "memory": "8Gi"}, "claims": []}]
+            },
         },
         "deviceClasses": {"extendedResourceNames": {"gpu": "nvidia.com/gpu"}},
         "nvidiaDriverRoot": "/run/nvidia/driver",

@@ -15,6 +15,7 @@ from dra_driver.cli.flag_types import duration, percent
 from dra_driver.cli.flagdocs import environment_variables
 from dra_driver.cli.flags import Flag, build_parser
 from dra_driver.deviceclasses import device_classes
+from dra_driver.workload_profile import profile_text
 from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS
 from tests.deploy.chart import CHART, KUBE_VERSIONS, VALUE_SETS, find, one, render, render_text
 
@@ -217,6 +218,52 @@ def test_queue_settings_reach_the_controller(value_set: str, queue: str, hold: f
     args = build_parser("dra-controller", "", "0", CONTROLLER_FLAGS, environ=text).parse_args([])
     assert (args.default_queue, args.reclaim_hold) == (queue, hold)
     assert "DRA_DEFAULT_QUEUE" in env and "DRA_RECLAIM_HOLD" in env
+
+
+def test_the_learned_workload_profile_is_kept_in_a_configmap_by_default() -> None:
+    env = _env(_container(render("defaults"), "Deployment"))
+    assert env["DRA_WORKLOAD_CONFIGMAP"] == f"{env['DRA_LEASE_NAME']}-workload"
+    assert "DRA_WORKLOAD_PROFILE" not in env
+
+
+def test_a_configured_workload_profile_is_mounted_and_read_by_the_controller() -> None:
+    profile = {
+        "shapes": [
+            {
+                "count": 3,
+                "requests": {"cpu": "4"},
+                "claims": [
+                    {
+                        "devices": {
+                            "requests": [
+                                {"name": "g", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}
+                            ]
+                        }
+                    }
+                ],
+            }
+        ]
+    }
+    objects = [
+        d
+        for path, text in render_text({"controller": {"workloadProfile": profile}}).items()
+        if not path.endswith("NOTES.txt")
+        for d in yaml.safe_load_all(text)
+        if isinstance(d, dict)
+    ]
+    container = _container(tuple(objects), "Deployment")
+    env = _env(container)
+    assert "DRA_WORKLOAD_CONFIGMAP" not in env
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "workload-profile"]
+    path = env["DRA_WORKLOAD_PROFILE"]
+    assert path.startswith(mount["mountPath"] + "/")
+    configmaps = [
+        o for o in find(tuple(objects), "ConfigMap") if "workload" in o["metadata"]["name"]
+    ]
+    (configmap,) = configmaps
+    text = configmap["data"][path.rsplit("/", 1)[1]]
+    (entry,) = profile_text(text, "chart")
+    assert entry.weight == 3 and entry.requests["cpu"] == 4000
 
 
 def test_bad_queue_settings_name_the_field() -> None:
