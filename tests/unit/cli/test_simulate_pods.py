@@ -287,3 +287,36 @@ def test_scored_pods_weigh_by_every_pod_of_the_input(
     assert placed() == {"p0": "n0", "p1": "n0", "p2": "n0", "p3": "n0"}
     monkeypatch.setattr(simulate_cli, "input_workload", lambda *_: Workload())
     assert placed()["p2"] == "n1"
+
+
+def test_a_workload_profile_that_cannot_be_read_stops_simulate_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([CLASS, node_slice("n1", 1), node("n1", "4")]))
+    missing = tmp_path / "none.yaml"
+    assert main(["simulate", "--input", str(path), "--workload", str(missing)]) == 2
+    assert f"--workload {missing}" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("shapes: [{count: 0}]")
+    assert main(["simulate", "--input", str(path), "--workload", str(bad)]) == 2
+    assert "shapes[0].count must be above 0" in capsys.readouterr().err
+
+
+def test_a_profile_entry_of_an_unknown_class_is_left_out_with_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    unknown = {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "nope"}}]}}
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {"shapes": [{"count": 1, "claims": [unknown]}, {"count": 2, "claims": [SPEC]}]}
+        )
+    )
+    docs = [CLASS, TEMPLATE, node_slice("n1", 2), node("n1", "4")]
+    docs.append(pod("p", "1", claims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]))
+    out = simulate(capsys, tmp_path, docs, "--mode", "scored", "--workload", str(profile))
+    assert pods_by_name(out)["p"]["node"] == "n1"
+    # The warning goes to stderr, which the helper above drops: run once more to read it.
+    assert main(["simulate", "--input", str(tmp_path / "in.yaml"), "--workload", str(profile)]) == 0
+    assert "workload profile entry left out: shapes[0]" in capsys.readouterr().err
