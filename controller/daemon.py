@@ -130,6 +130,7 @@ class ControllerDaemon:
         log.info("leading: allocating", term=term)
         if self.store is not None:
             await self.store.load()  # the last leader's profile, before the first decision
+            self.view.prepare()  # a profile taken back makes a new pod placer: warm it too
         self.reconciler.take_over()
         loop_task = asyncio.create_task(self.reconciler.run(stop))
         lost = asyncio.ensure_future(self.elector.wait_not_leading())
