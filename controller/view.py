@@ -193,7 +193,7 @@ class ClusterView:
         in a learned workload the first time (a waiting pod is decided again and again)."""
         key = key_of(pod)
         placement = self.pod_placer().place(pod, claims, nodes, retry=key in self.profile.counted)
-        self.profile.count(key, pod, claims)
+        self.profile.count(key, pod, claims, placement.shape.key)
         return placement
 
     @property

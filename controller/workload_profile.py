@@ -45,6 +45,8 @@ class WorkloadSource:
         """Bumped whenever the learned counts change (the store writes when it moved)."""
         self.epoch = 0
         """Bumped when counts come back from the store: the workload in use is made again."""
+        self._entry_of_shape: dict[object, str] = {}
+        """Shape key → the key of the learned entry pods of that shape are counted in."""
         self.skipped: list[str] = []
         """Why entries were left out of the last workload made (a class that does not exist)."""
 
@@ -81,17 +83,31 @@ class WorkloadSource:
             )
         return workload
 
-    def count(self, pod: Key, body: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]) -> None:
-        """Count a pod placed for the first time (a configured profile counts nothing)."""
+    def count(
+        self,
+        pod: Key,
+        body: Mapping[str, Any],
+        claims: Sequence[Mapping[str, Any]],
+        shape: object = None,
+    ) -> None:
+        """Count a pod placed for the first time (a configured profile counts nothing).
+        `shape`: the pod's shape key as the placer worked it out; a pod of a shape counted
+        before adds to that shape's entry without writing its claims out again (the entry's
+        key is JSON of every spec, most of the cost of counting a pod), so pods whose specs
+        differ in what no shape reads share one entry."""
         if pod in self.counted:
             return
         self.counted.add(pod)
         if self.configured is not None:
             return
-        entry = entry_of(body, claims)
-        found = self.learned.get(entry.key)
-        weight = 1.0 if found is None else found.weight + 1
-        self.learned[entry.key] = dataclasses.replace(entry, weight=weight)
+        known = self._entry_of_shape.get(shape) if shape is not None else None
+        found = self.learned.get(known) if known is not None else None
+        if found is None:
+            entry = entry_of(body, claims)
+            found = self.learned.get(entry.key) or dataclasses.replace(entry, weight=0.0)
+            if shape is not None:
+                self._entry_of_shape[shape] = entry.key
+        self.learned[found.key] = dataclasses.replace(found, weight=found.weight + 1)
         if len(self.learned) > MAX_ENTRIES:
             least = min(self.learned, key=lambda k: self.learned[k].weight)
             del self.learned[least]
@@ -105,6 +121,7 @@ class WorkloadSource:
         replace what this replica holds, which the last leader's counts include or, on a
         replica that never led, is nothing."""
         self.learned = {}
+        self._entry_of_shape = {}
         for entry in entries:
             found = self.learned.get(entry.key)
             weight = entry.weight + (0.0 if found is None else found.weight)

@@ -71,3 +71,14 @@ def test_learned_entries_are_bounded() -> None:
     for i in range(MAX_ENTRIES + 5):
         source.count(("ns", f"p{i}"), _pod(f"p{i}", f"{i + 1}m"), [])
     assert len(source.learned) == MAX_ENTRIES
+
+
+def test_pods_of_a_shape_counted_before_add_to_its_entry() -> None:
+    source = WorkloadSource()
+    other = {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "gpu.x"}}]}}
+    source.count(("ns", "a"), _pod("a"), [{"spec": SPEC}], shape="one-gpu")
+    source.count(("ns", "b"), _pod("b"), [{"spec": other}], shape="one-gpu")
+    source.count(("ns", "c"), _pod("c"), [{"spec": other}], shape="another")
+    assert sorted(e.weight for e in source.learned.values()) == [1.0, 2.0]
+    kept = next(e for e in source.learned.values() if e.weight == 2.0)
+    assert kept.claims == (SPEC,)  # the first pod's specs stand for the shape
