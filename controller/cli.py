@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import structlog
 
@@ -28,7 +27,7 @@ from dra_driver import __version__
 from dra_driver.allocator import AllocationMode
 from dra_driver.cli import flags
 from dra_driver.logging_setup import configure_logging
-from dra_driver.workload_profile import ProfileEntry, profile_text
+from dra_driver.workload_profile import ProfileEntry, profile_file
 
 log = structlog.get_logger(__name__)
 
@@ -79,13 +78,7 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
 def _profile(path: str | None) -> tuple[ProfileEntry, ...] | None:
     """The configured profile, read once at start: a bad file stops the controller with the
     file and field named, rather than placing by something else."""
-    if not path:
-        return None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ValueError(f"--workload-profile {path}: {err.strerror}") from None
-    return tuple(profile_text(text, path))
+    return tuple(profile_file(path, "--workload-profile")) if path else None
 
 
 def _configmap(name: str | None, lease_name: str) -> str | None:

@@ -7,7 +7,8 @@ inputs in step with the view between decisions:
 
 - device usage is the view's own `Usage` object (assumed and observed allocations, holds), and
   allocations are recorded through the view's own placer, so nothing is copied and its per-node
-  counts stay right; the nodes whose usage changed are read from the usage's change log;
+  counts stay right; the placer reads which nodes' usage changed from the usage's change log
+  (`NodeTable.catch_up`), as the replay does;
 - what the pods on each node request is the view's `NodeLoad`: the nodes whose totals changed
   are copied into the placer's ledger before each decision (`NodeLoad.changed`);
 - the workload is `WorkloadSource`'s, made again with every new snapshot.
@@ -35,12 +36,11 @@ class PodPlacer:
         load: NodeLoad,
         workload: Workload,
     ) -> None:
-        usage = placer.usage
         self.cluster = Cluster(
             placer.snapshot,
             list(nodes),
             PodPolicy.SCORED,
-            usage=usage,
+            usage=placer.usage,
             workload=workload,
             placer=placer,
         )
@@ -50,7 +50,6 @@ class PodPlacer:
         load.changed.clear()
         for node in self.cluster.nodes:
             self.cluster.set_used(node, load.on(node))
-        self._log = (usage.changes_epoch, len(usage.changes))
 
     def place(
         self,
@@ -76,17 +75,8 @@ class PodPlacer:
             index.conflicts(index.rooms.node(node))
 
     def _sync(self) -> None:
-        """Bring the nodes that changed since the last decision up to date."""
-        usage = self.cluster.usage
-        epoch, seen = self._log
-        changed: Iterable[str]
-        if epoch != usage.changes_epoch or "*" in usage.changes[seen:]:
-            changed = self._known
-            self._load.changed.clear()
-        else:
-            changed = self._load.changed | set(usage.changes[seen:])
-            self._load.changed = set()
-        self._log = (usage.changes_epoch, len(usage.changes))
-        for node in changed:
-            if node in self._known:
-                self.cluster.set_used(node, self._load.on(node))
+        """Copy the pods' requests of the nodes whose totals changed since the last decision
+        (device usage the placer reads from the usage's change log itself)."""
+        changed, self._load.changed = self._load.changed, set()
+        for node in changed & self._known:
+            self.cluster.set_used(node, self._load.on(node))

@@ -33,6 +33,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -121,6 +122,15 @@ def profile_text(text: str, source: str) -> list[ProfileEntry]:
             raise ValueError(f"workload profile {source}: the ConfigMap has no data.{PROFILE_KEY}")
         return profile_text(inner, f"{source} (data.{PROFILE_KEY})")
     return parse_profile(data, source)
+
+
+def profile_file(path: str | Path, flag: str) -> list[ProfileEntry]:
+    """The profile in the file a flag names; ValueError naming the flag, file and field."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: {err.strerror}") from None
+    return profile_text(text, str(path))
 
 
 def dump_profile(entries: Sequence[ProfileEntry]) -> str:

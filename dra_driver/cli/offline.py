@@ -17,7 +17,7 @@ from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.inputs import InputFileError, load_objects
 from dra_driver.queues.spec import format_gpu
 from dra_driver.simulation.allocation_report import ReportPoint, ReportRow, parse_points
-from dra_driver.workload_profile import ProfileEntry, profile_text
+from dra_driver.workload_profile import ProfileEntry, profile_file
 
 if TYPE_CHECKING:
     from dra_driver.cli.simulate import ClaimOutcome, Outcomes, PodOutcome, Progress
@@ -134,13 +134,7 @@ def _progress() -> Progress | None:
 
 def read_profile(path: Path | None) -> list[ProfileEntry] | None:
     """The workload profile of `--workload`; ValueError naming the file and field."""
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ValueError(f"--workload {path}: {err.strerror}") from None
-    return profile_text(text, str(path))
+    return None if path is None else profile_file(path, "--workload")
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -244,10 +244,7 @@ class FragmentationIndex:
             tuple[str, tuple[object, ...]], tuple[tuple[tuple[int, float], ...], ...]
         ] = {}
         self._conflicts: dict[int, tuple[frozenset[int], ...]] = {}
-        self._conflicts_of_layout: dict[object, tuple[frozenset[int], ...]] = {}
-        """Conflicts depend only on which devices share a pool and consume which counters:
-        GPUs of one model on different nodes differ in their UUIDs, so their kinds do not
-        repeat, but these do."""
+        """Per node kind (whose layout holds each device's pool and counters)."""
         self._version = -1
         self.table = ShapeTable([], self.names, [])
         self._states: dict[str, tuple[object, State, int]] = {}
@@ -328,15 +325,8 @@ class FragmentationIndex:
     def conflicts(self, units: NodeUnits) -> tuple[frozenset[int], ...]:
         """Per device, the other devices of its pool that consume a counter it consumes. Found
         through each counter's consumers: comparing every pair cost a MIG-published node of 8
-        H100s (248 devices) 60,000 set intersections, on every node the controller placed on."""
-        found = self._conflicts.get(units.signature)
-        if found is not None:
-            return found
-        pools: dict[int, int] = {}
-        layout = tuple(
-            (pools.setdefault(d.pool_index, len(pools)), d.consumes) for d in units.devices
-        )
-        found = self._conflicts_of_layout.get(layout)
+        H100s (248 devices) 60,000 set intersections."""
+        found = self._conflicts.get(units.kind)
         if found is None:
             consumers: dict[tuple[int, int], list[int]] = {}
             for i, device in enumerate(units.devices):
@@ -351,8 +341,7 @@ class FragmentationIndex:
                 )
                 for i, device in enumerate(units.devices)
             )
-            self._conflicts_of_layout[layout] = found
-        self._conflicts[units.signature] = found
+            self._conflicts[units.kind] = found
         return found
 
     # -- state ------------------------------------------------------------------------------

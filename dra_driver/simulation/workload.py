@@ -79,12 +79,7 @@ class Workload:
     def of(cls, shapes: Sequence[PodShape]) -> Workload:
         """The distribution of a workload known in advance (every pod of a replay's input, a
         configured profile), kept as it is whatever arrives."""
-        workload = cls()
-        for shape in shapes:
-            workload.observe(shape)
-        workload._publish()
-        workload.fixed = True
-        return workload
+        return cls.weighted([(shape, 1.0) for shape in shapes])
 
     @classmethod
     def weighted(cls, shapes: Sequence[tuple[PodShape, float]]) -> Workload:

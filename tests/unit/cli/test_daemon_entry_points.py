@@ -24,6 +24,20 @@ def test_controller_refuses_inconsistent_lease_timing(capsys):
     assert "lease-duration > renew-deadline" in capsys.readouterr().err
 
 
+def test_controller_refuses_a_bad_workload_profile_naming_the_file_and_field(capsys, tmp_path):
+    bad = tmp_path / "profile.yaml"
+    bad.write_text("shapes: [{count: 1, requests: {cpu: lots}}]")
+    for argv, words in (
+        ([f"--workload-profile={bad}"], ["profile.yaml", "shapes[0].requests.cpu"]),
+        ([f"--workload-profile={tmp_path / 'none.yaml'}"], ["--workload-profile", "none.yaml"]),
+    ):
+        with pytest.raises(SystemExit) as done:
+            controller_main(argv)
+        assert done.value.code == 2
+        err = capsys.readouterr().err
+        assert all(word in err for word in words), err
+
+
 def test_controller_names_derive_from_the_driver_name(monkeypatch):
     from controller.cli import build_parser as controller_parser
     from controller.cli import config_from_args as controller_config
