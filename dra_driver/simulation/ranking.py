@@ -94,11 +94,7 @@ class NodeTable:
             self._set(name, column, i, free.get(name, 0))
         if not self._built:
             return
-        state, gpu = self.index.state_and_gpu(node, free)
-        self._gpu[i] = gpu
         old = self._group_of.get(node)
-        if old == state:
-            return
         if old is not None:
             members = self._groups[old]
             members.remove(i)
@@ -107,6 +103,8 @@ class NodeTable:
                 self._first[members[0]] = True
             else:
                 del self._groups[old]
+        state, gpu = self.index.state_and_gpu(node, free)
+        self._gpu[i] = gpu
         self._group_of[node] = state
         members = self._groups.setdefault(state, [])
         if members:
@@ -138,9 +136,7 @@ class NodeTable:
 
     def catch_up(self) -> None:
         """Read the usage's change log: the nodes whose device usage changed since the last
-        call move to the group of their new state and lose their "did not fit" marks. (The
-        replay says itself which node it placed on; the controller's usage also changes as
-        the watch brings allocations, and counters shared across nodes change others.)"""
+        call get fresh GPU state ids and lose their "did not fit" marks."""
         usage = self.usage
         epoch, seen = self._log
         if epoch == usage.changes_epoch and len(usage.changes) == seen:
@@ -155,7 +151,8 @@ class NodeTable:
             marks[rows] = False
         if self._built:
             for i in rows:
-                self.moved(self.nodes[i])
+                node = self.nodes[i]
+                self._gpu[i] = self.index.state_and_gpu(node, self.ledger.free(node))[1]
 
     def unfit(self, signature: str) -> NDArray[np.bool_]:
         """Nodes known not to take claims of `signature` at their current usage; the caller

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from dra_driver.allocator import ClusterSnapshot
+from dra_driver.allocator import AllocationMode, ClusterSnapshot
 from dra_driver.allocator.claims import plan_claim
+from dra_driver.allocator.placement import search_node
 from dra_driver.noderesources import CPU, Resources, pod_requests
 from dra_driver.simulation.fragindex import EPS, Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import asked
@@ -180,9 +181,12 @@ def _replay_and_compare(
     fuller_first: bool = True,
     huge_memory: bool = False,
     subsets: bool = False,
+    outside: bool = False,
 ) -> int:
     """Replays random pods on a random cluster; every pod's ranking must equal the slow one.
-    `subsets`: each pod may use only some nodes, as the controller offers them.
+    `subsets`: each pod may use only some nodes, as the controller offers them. `outside`:
+    every third pod's claims are allocated on a random node and recorded in the usage alone,
+    as the controller's watch brings allocations the placer did not make.
     Returns how many rankings had a node whose CPU or memory failed a kept shape."""
     rng = random.Random(seed)
     rows = _nodes(rng, 12)
@@ -202,7 +206,16 @@ def _replay_and_compare(
         pod, templates = pod_objects(trace_pod, i)
         claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
         requests = pod_requests(pod)
-        shape = shape_of(requests, [plan_claim(sim.snapshot, c) for c in claims])
+        plans = [plan_claim(sim.snapshot, c) for c in claims]
+        if outside and i % 3 == 2 and plans:
+            node = rng.choice(sim.nodes)
+            made = search_node(
+                sim.snapshot, sim.usage, plans, node, AllocationMode.FIRST_FIT, sim.scoring
+            )
+            for allocation in made.allocations or []:
+                sim.placer.record(allocation, node)
+            continue
+        shape = shape_of(requests, plans)
         workload = copy.copy(sim.workload)
         workload.counts, workload.shapes = Counter(workload.counts), dict(workload.shapes)
         workload.observe(shape)  # what place_pod learns before it ranks
@@ -238,6 +251,13 @@ def test_ranking_among_some_nodes_equals_the_formula_over_them(seed: int) -> Non
     """The controller offers only the nodes a pod may use: each group is then stood for by its
     first node among those, and no other node is chosen."""
     _replay_and_compare(PodPolicy.SCORED, seed, subsets=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ranking_after_usage_changed_outside_the_replay_equals_the_formula(seed: int) -> None:
+    """Allocations recorded in the usage alone (the controller's watch) move their nodes to the
+    groups of their new states before the next ranking."""
+    _replay_and_compare(PodPolicy.SCORED, seed, outside=True)
 
 
 @pytest.mark.parametrize("seed", range(2))
