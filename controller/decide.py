@@ -219,11 +219,16 @@ def _place(
 def _adopt(
     view: ClusterView, claims: Sequence[Obj], allocations: Sequence[Obj], decision: Decision
 ) -> None:
-    """Move allocations the placer recorded into the view's assumptions (which record them)."""
+    """Move allocations the placer recorded into the view's assumptions, leaving the usage
+    as the placer left it."""
     placer = view.placer()
     for claim, allocation in zip(claims, allocations, strict=True):
-        placer.release(allocation, allocation_node(allocation) or "*")
-        view.assume(key_of(claim), allocation)
+        if allocation_node(allocation) is not None:
+            # Recorded under its node, where the view would record it: kept as it is.
+            view.assume(key_of(claim), allocation, recorded=True)
+        else:  # the view counts allocations that name no node under "*"
+            placer.release(allocation, "*")
+            view.assume(key_of(claim), allocation)
         decision.allocations[key_of(claim)] = allocation
 
 

@@ -391,9 +391,11 @@ class ClusterView:
 
     # --- assumptions -----------------------------------------------------------------------
 
-    def assume(self, key: Key, allocation: Obj) -> None:
+    def assume(self, key: Key, allocation: Obj, *, recorded: bool = False) -> None:
+        """`recorded`: the allocator's usage holds `allocation` already (the placer that chose
+        it recorded it), so it is not recorded a second time."""
         self.assumed[key] = allocation
-        self._record(key, allocation)
+        self._record(key, allocation, recorded=recorded)
         self._recount_users(key)
 
     def forget(self, key: Key) -> None:
@@ -434,14 +436,22 @@ class ClusterView:
             if recorded is not None:
                 placer.record(recorded, _allocation_node(recorded))
 
-    def _record(self, key: Key, allocation: Obj | None) -> None:
+    def _record(self, key: Key, allocation: Obj | None, *, recorded: bool = False) -> None:
+        """Make the usage hold `allocation` for the claim instead of what it held. An equal
+        allocation (the watch bringing back what was assumed) changes nothing: releasing and
+        recording it again would mark the node's devices as changed for every cache keyed on
+        their usage, after every decision."""
         placer = self.placer()
         old = self._recorded.pop(key, None)
+        if old is not None and allocation is not None and not recorded and old == allocation:
+            self._recorded[key] = allocation
+            return
         if old is not None:
             node = _allocation_node(old)
             placer.release(old, node)
         if allocation is not None:
-            placer.record(allocation, _allocation_node(allocation))
+            if not recorded:
+                placer.record(allocation, _allocation_node(allocation))
             self._recorded[key] = allocation
 
     def _rebuild(self) -> None:

@@ -100,14 +100,15 @@ class WorkloadSource:
         self.counted.add(pod)
         if self.configured is not None:
             return
-        known = self._entry_of_shape.get(shape) if shape is not None else None
-        found = self.learned.get(known) if known is not None else None
-        if found is None:
+        key = self._entry_of_shape.get(shape) if shape is not None else None
+        found = self.learned.get(key) if key is not None else None
+        if found is None or key is None:
             entry = entry_of(body, claims)
-            found = self.learned.get(entry.key) or dataclasses.replace(entry, weight=0.0)
+            key = entry.key  # JSON of every spec: worked out once per shape, not per pod
+            found = self.learned.get(key) or dataclasses.replace(entry, weight=0.0)
             if shape is not None:
-                self._entry_of_shape[shape] = entry.key
-        self.learned[found.key] = dataclasses.replace(found, weight=found.weight + 1)
+                self._entry_of_shape[shape] = key
+        self.learned[key] = dataclasses.replace(found, weight=found.weight + 1)
         if len(self.learned) > MAX_ENTRIES:
             least = min(self.learned, key=lambda k: self.learned[k].weight)
             del self.learned[least]

@@ -33,7 +33,7 @@ from dra_driver.allocator import (
     Usage,
 )
 from dra_driver.allocator.claims import ClaimPlan, check_result_limit, plan_claim
-from dra_driver.allocator.placement import search_node
+from dra_driver.allocator.placement import search_node, take_preferred
 from dra_driver.noderesources import CPU, MEMORY, NodeUsage, Resources, pod_requests
 from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import NodeResourceLedger, asked
@@ -232,24 +232,25 @@ class Cluster:
             if not claims:
                 placement.node, placement.allocations, placement.choice = choice.node, [], choice
                 return
-            mode = (
-                AllocationMode.SCORED
-                if self.policy is PodPolicy.SCORED
-                else (AllocationMode.FIRST_FIT)
-            )
-            result = search_node(
-                self.snapshot,
-                self.usage,
-                plans,
-                choice.node,
-                mode,
-                self.scoring,
-                prefer=frozenset(choice.devices),
-            )
-            if result.allocations is not None:
-                for allocation in result.allocations:
+            prefer = frozenset(choice.devices)
+            allocations: list[dict[str, Any]] | None = None
+            if self.policy is PodPolicy.SCORED:
+                allocations = take_preferred(
+                    self.snapshot, self.usage, plans, choice.node, prefer, self.scoring
+                )
+            if allocations is None:
+                mode = (
+                    AllocationMode.SCORED
+                    if self.policy is PodPolicy.SCORED
+                    else (AllocationMode.FIRST_FIT)
+                )
+                allocations = search_node(
+                    self.snapshot, self.usage, plans, choice.node, mode, self.scoring, prefer=prefer
+                ).allocations
+            if allocations is not None:
+                for allocation in allocations:
                     self.placer.record(allocation, choice.node)
-                placement.node, placement.allocations = choice.node, result.allocations
+                placement.node, placement.allocations = choice.node, allocations
                 placement.choice = choice
                 return
 

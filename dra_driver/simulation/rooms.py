@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 from dra_driver.allocator import ClusterSnapshot, Usage
 from dra_driver.allocator.devices import Device
@@ -67,6 +68,8 @@ class Rooms:
         self._signatures: dict[object, int] = {}
         self._kinds: dict[object, int] = {}
         self._parts: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], bool]]] = {}
+        self._in_order: dict[str, bool] = {}
+        """Node → whether its units, one after another, list its devices in order."""
         self._availability: dict[str, tuple[Usage, list[int], list[tuple[float, ...]]]] = {}
         """Node → the usage it was read from, each unit's touch count then, and its values."""
         self._unique: frozenset[object] | None = None
@@ -185,20 +188,24 @@ class Rooms:
         parts = self._parts.get(name)
         if parts is None:
             parts = self._parts[name] = self._unit_parts(units)
+            order = [i for indexes, _, _ in parts for i in indexes]
+            self._in_order[name] = order == list(range(len(units.devices)))
         cached = self._availability.get(name)
         if cached is not None and cached[0] is not usage:
             cached = None
-        touches = usage.device_touches
+        touched = usage.device_touches.get
         stamps: list[int] = []
         values: list[tuple[float, ...]] = []
         for k, (indexes, ids, local) in enumerate(parts):
-            stamp = sum(touches.get(i, 0) for i in ids) if local else -1
+            stamp = sum(map(touched, ids, repeat(0, len(ids)))) if local else -1
             if cached is not None and stamp >= 0 and cached[1][k] == stamp:
                 values.append(cached[2][k])
             else:
                 values.append(tuple(self.available(usage, units.devices[i]) for i in indexes))
             stamps.append(stamp)
         self._availability[name] = (usage, stamps, values)
+        if self._in_order.get(name):  # the units list the devices in order: no reshuffle
+            return tuple(chain.from_iterable(values))
         out = [0.0] * len(units.devices)
         for (indexes, _, _), unit_values in zip(parts, values, strict=True):
             for i, value in zip(indexes, unit_values, strict=True):

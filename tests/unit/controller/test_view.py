@@ -51,6 +51,28 @@ async def test_an_observed_allocation_replaces_the_assumption() -> None:
     assert view.conflict(("default", "x"), allocation) is not None
 
 
+async def test_a_decision_is_held_once_and_its_confirmation_changes_no_usage() -> None:
+    """The placer records what it chose and the view keeps that record (not a second one);
+    the watch bringing the same allocation back leaves the node's usage untouched, so what
+    is cached per node state stays valid. A different allocation still replaces it."""
+    view = cluster({"node-a": "H100-SXM5-80GB:2"})
+    put(view, "resourceclaims", claim("c"))
+    decided = decide(view, [pod("p", ["c"])])
+    assert isinstance(decided, Decision)
+    key = ("default", "c")
+    allocation = decided.allocations[key]
+    usage = view.usage
+    held = {**usage.exclusive, **usage.shares}
+    assert held and set(held.values()) == {1}  # each device counted once
+    version = usage.node_version("node-a")
+    put(view, "resourceclaims", claim("c", allocation=dict(allocation)), kind="MODIFIED")
+    assert usage.node_version("node-a") == version
+    assert view.assumed == {}
+    put(view, "resourceclaims", claim("c"), kind="MODIFIED")  # deallocated: freed
+    assert not usage.exclusive and not usage.shares
+    assert view.conflict(("default", "x"), allocation) is None
+
+
 async def test_a_full_list_drops_claims_deleted_meanwhile_but_keeps_assumed_ones() -> None:
     view = cluster(NODE)
     put(view, "resourceclaims", claim("gone"))
