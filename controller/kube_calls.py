@@ -18,7 +18,7 @@ from typing import Any, Final, cast
 
 from kubernetes import client
 
-from controller.informer import ListCall, Obj
+from controller.informer import ListCall, Obj, resource_version
 
 GROUP: Final = "resource.k8s.io"
 VERSION: Final = "v1"
@@ -142,12 +142,13 @@ class ControllerApi:
     #: Resources from CRDs the chart installs but an older install may lack.
     OPTIONAL: Final = frozenset({QUEUES})
 
-    def list_claims(self) -> list[Obj]:
-        """Every claim as the API server has it now: the re-check before and after writing."""
-        response = self._objects.list_cluster_custom_object(
-            GROUP, VERSION, CLAIMS, _preload_content=False
+    def list_claims(self) -> tuple[list[Obj], int]:
+        """Every claim as the API server has it now (the re-check before and after writing),
+        and the list's resourceVersion: the claims it cannot show, being newer."""
+        body = _json(
+            self._objects.list_cluster_custom_object(GROUP, VERSION, CLAIMS, _preload_content=False)
         )
-        return list(_json(response).get("items") or [])
+        return list(body.get("items") or []), resource_version(body)
 
     def get_claim(self, namespace: str, name: str) -> Obj:
         response = self._objects.get_namespaced_custom_object(

@@ -325,8 +325,12 @@ class ClusterView:
                 return False
         return True
 
-    def refresh_claims(self, fresh: Iterable[Obj]) -> None:
-        """Merge a fresh list of every claim (newer than the watch may have delivered yet)."""
+    def refresh_claims(self, fresh: Iterable[Obj], listed_at: int) -> None:
+        """Merge a fresh list of every claim (newer than the watch may have delivered yet),
+        taken at resourceVersion `listed_at`. A claim the list lacks is dropped only if the view
+        has it at or before that version: one the watch delivered after the list was taken
+        (created meanwhile) is not in it, and dropping it would lose it until the next relist,
+        since no further event may come for it."""
         seen: set[Key] = set()
         for claim in fresh:
             meta = claim["metadata"]
@@ -335,7 +339,12 @@ class ClusterView:
             if resource_version(claim) > resource_version(self.claims.get(key)):
                 self.claims[key] = claim
                 self._claim_changed(key, claim)
-        for key in [k for k in self.claims if k not in seen and k not in self.assumed]:
+        gone = [
+            key
+            for key, claim in self.claims.items()
+            if key not in seen and key not in self.assumed and resource_version(claim) <= listed_at
+        ]
+        for key in gone:
             del self.claims[key]
             self._claim_changed(key, None)
 

@@ -83,7 +83,7 @@ class _RacingApi(ControllerApi):
         self.reads = 0
         self.raced = False
 
-    def list_claims(self) -> list[dict[str, Any]]:
+    def list_claims(self) -> tuple[list[dict[str, Any]], int]:
         self.reads += 1
         return super().list_claims()
 

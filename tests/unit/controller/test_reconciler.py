@@ -278,7 +278,7 @@ class _LandingFirst(ControllerApi):
             )
         return super().patch_claim_status(claim, status)
 
-    def list_claims(self) -> list[Any]:
+    def list_claims(self) -> tuple[list[Any], int]:
         self.lists += 1
         return super().list_claims()
 

@@ -79,8 +79,20 @@ async def test_a_full_list_drops_claims_deleted_meanwhile_but_keeps_assumed_ones
     put(view, "resourceclaims", claim("kept"))
     decided = decide(view, [pod("p", ["kept"])])
     assert isinstance(decided, Decision)
-    view.refresh_claims([])
+    listed_at = max(int(c["metadata"]["resourceVersion"]) for c in view.claims.values())
+    view.refresh_claims([], listed_at)
     assert set(view.claims) == {("default", "kept")}
+
+
+async def test_a_list_older_than_a_claim_the_watch_brought_keeps_it() -> None:
+    """The list was taken before the claim was created; the watch delivered the claim before
+    the list's answer was merged: the claim stays (no later event would bring it back)."""
+    view = cluster(NODE)
+    put(view, "resourceclaims", claim("old"))
+    listed_at = int(view.claims[("default", "old")]["metadata"]["resourceVersion"])
+    put(view, "resourceclaims", claim("new"))
+    view.refresh_claims([], listed_at)
+    assert set(view.claims) == {("default", "new")}
 
 
 async def test_claims_caught_up_waits_for_the_watch_or_times_out() -> None:
