@@ -118,9 +118,6 @@ class Reconciler:
         """Gate lifts to start when the settle time of a pass's decisions is over."""
         self._lifts: set[asyncio.Task[None]] = set()
         """The gate lifts those timers started that are still under way."""
-        self._writes: asyncio.Task[None] | None = None
-        """The last pass's writes, when the loop left them under way while the next pass
-        decides (`run_pass(overlap=True)`)."""
         self._wake = asyncio.Event()
         self.passes = 0
         self._queue_write: asyncio.Task[None] | None = None
@@ -251,14 +248,13 @@ class Reconciler:
                 break
             self.state.last_pass = time.monotonic()
             try:
-                await self.run_pass(overlap=True)
+                await self.run_pass()
             except NotLeaderError:
                 break
             except Exception as err:  # one bad pass must not end the controller
                 log.exception("allocation pass failed", error=str(err))
                 self._recover()
                 await asyncio.sleep(1.0)
-        await self._writes_done()
 
     def wake(self) -> None:
         self._wake.set()
@@ -299,13 +295,7 @@ class Reconciler:
         for key in list(self.view.assumed):
             self.view.forget(key)
 
-    async def run_pass(self, *, overlap: bool = False) -> None:
-        """One pass. With `overlap` (the loop), the pass returns once its writes have started,
-        and the next pass decides while they go on; it writes only after them, so one pass's
-        writes are under way at a time, and their pods are not decided again meanwhile
-        (`ReconcilerState.writing`). Writes are most of a busy pass (two rounds of calls, each
-        followed by waiting for the watch to bring them back), and pods whose devices were
-        freed meanwhile (reclaim's, above all) were decided only after them."""
+    async def run_pass(self) -> None:
         # Claims released since the last pass are deallocated first, and the watch brings the
         # view up to those writes, so the pods waiting for their devices (reclaim's, above all)
         # are decided in this pass rather than the next one.
@@ -335,13 +325,6 @@ class Reconciler:
 
         decisions, reclaims = self._decide(self._units(keys))
         step("decide_s")
-        try:
-            await self._writes_done(raise_errors=True)
-        except BaseException:
-            for decision in decisions:  # not written: decided again once the loop recovers
-                self._retry(decision)
-            raise
-        step("wait_s")
         self.state.in_flight = decisions
         reports = self.reports.pending()
         now = time.monotonic()
@@ -352,14 +335,9 @@ class Reconciler:
             # victims release, need not wait for all of them (the victims are marked as being
             # evicted, so no later pass chooses them again).
             self._background(carry_out_all(reclaims, self.api, self.queues, self.queue_metrics))
-        writes = asyncio.ensure_future(self._write_batch(decisions))
-        if overlap and decisions:
-            self._writes = writes
-            writes.add_done_callback(self._writes_ended)
-            await self._lift_settled()
-        else:
-            await _all(writes, self._lift_settled())
+        await _all(self._write_all(decisions), self._lift_settled())
         step("writes_s")
+        self.state.in_flight = []
         await self._lift_settled()  # what came due meanwhile
         if self._lifts:  # and what a timer started meanwhile: a pass ends with its due lifts done
             await asyncio.wait(list(self._lifts))
@@ -379,39 +357,6 @@ class Reconciler:
             **steps,
         )
 
-    async def _write_batch(self, decisions: list[Decision]) -> None:
-        pods = {key_of(p) for d in decisions for p in d.pods}
-        self.state.writing |= pods
-        try:
-            await self._write_all(decisions)
-            self.state.in_flight = []
-        finally:
-            self.state.writing -= pods
-            if pods & self.state.queue.keys():
-                self._wake.set()
-
-    def _writes_ended(self, writes: asyncio.Task[None]) -> None:
-        """A failed write batch wakes the loop, whose next pass meets the failure."""
-        if not writes.cancelled() and writes.exception() is not None:
-            self._wake.set()
-
-    async def _writes_done(self, raise_errors: bool = False) -> None:
-        """Wait for the writes the last pass left under way. Their failure is the failure of
-        the pass that waits (`raise_errors`), as it was of their own pass when it waited for
-        them; at the end of the loop it is logged."""
-        writes, self._writes = self._writes, None
-        if writes is None:
-            return
-        if raise_errors:
-            await writes
-            return
-        try:
-            await writes
-        except NotLeaderError:
-            pass
-        except Exception as err:
-            log.exception("allocation writes failed", error=str(err))
-
     def _stop_background(self) -> None:
         for timer in self._timers:
             timer.cancel()
@@ -429,7 +374,6 @@ class Reconciler:
     async def drain(self) -> None:
         """Wait for the work a pass leaves running: evictions and reports (tests, and the
         end of the loop)."""
-        await self._writes_done()
         while self._running:
             await asyncio.wait(list(self._running))
         await self.reports.drain()
@@ -491,9 +435,8 @@ class Reconciler:
             if not self._gated(pod):
                 self._forget_pod(key)
                 continue
-            if key in self.state.lifting or key in self.state.writing:
-                # Decided, if at all, once its lift or its decision's writes are over.
-                self.state.queue.setdefault(key)
+            if key in self.state.lifting:
+                self.state.queue.setdefault(key)  # decided, if at all, once its lift is over
                 continue
             if key in settling:
                 continue  # written; its gate comes off when the settle time is over

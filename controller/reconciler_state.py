@@ -50,14 +50,9 @@ class ReconcilerState:
     puts back the claims whose deallocation failed."""
 
     in_flight: list[Decision] = field(default_factory=list)
-    """The decisions being written (one pass's at a time). Set after deciding and emptied once
-    the writes are over, which may be during the next pass; after a failed pass `_recover`
-    decides the pods of those not yet settling again and empties it."""
-
-    writing: set[Key] = field(default_factory=set)
-    """Pods whose decision is being written, which may overlap the next pass: that pass leaves
-    them queued rather than deciding them a second time. Filled and emptied by
-    `_write_batch`."""
+    """The pass's decisions while they are written. Set after deciding and emptied once the
+    writes are over; after a failed pass `_recover` decides the pods of those not yet settling
+    again and empties it."""
 
     settling: list[tuple[float, Decision]] = field(default_factory=list)
     """Written decisions and when their gates may come off (`ControllerConfig.settle_s`).
