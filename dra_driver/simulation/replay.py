@@ -233,17 +233,14 @@ class Cluster:
                 placement.node, placement.allocations, placement.choice = choice.node, [], choice
                 return
             prefer = frozenset(choice.devices)
-            allocations: list[dict[str, Any]] | None = None
-            if self.policy is PodPolicy.SCORED:
-                allocations = take_preferred(
-                    self.snapshot, self.usage, plans, choice.node, prefer, self.scoring
-                )
+            scored = self.policy is PodPolicy.SCORED
+            allocations = (
+                take_preferred(self.snapshot, self.usage, plans, choice.node, prefer, self.scoring)
+                if scored
+                else None
+            )
             if allocations is None:
-                mode = (
-                    AllocationMode.SCORED
-                    if self.policy is PodPolicy.SCORED
-                    else (AllocationMode.FIRST_FIT)
-                )
+                mode = AllocationMode.SCORED if scored else AllocationMode.FIRST_FIT
                 allocations = search_node(
                     self.snapshot, self.usage, plans, choice.node, mode, self.scoring, prefer=prefer
                 ).allocations

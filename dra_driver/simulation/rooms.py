@@ -59,6 +59,11 @@ def counter_units(devices: Sequence[Device]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(g) for g in groups.values())
 
 
+_Part = tuple[tuple[int, ...], tuple[int, ...], bool]
+"""A unit's device indexes on its node, their device ids, and whether its pools are bound to
+that node alone."""
+
+
 class Rooms:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -67,9 +72,9 @@ class Rooms:
         self._names: dict[int, dict[int, tuple[str, str]]] = {}
         self._signatures: dict[object, int] = {}
         self._kinds: dict[object, int] = {}
-        self._parts: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], bool]]] = {}
-        self._in_order: dict[str, bool] = {}
-        """Node → whether its units, one after another, list its devices in order."""
+        self._parts: dict[str, tuple[list[_Part], bool]] = {}
+        """Node → its units' parts (`_unit_parts`), and whether the units, one after another,
+        list its devices in order."""
         self._availability: dict[str, tuple[Usage, list[int], list[tuple[float, ...]]]] = {}
         """Node → the usage it was read from, each unit's touch count then, and its values."""
         self._unique: frozenset[object] | None = None
@@ -185,11 +190,12 @@ class Rooms:
         pool spans nodes is always read, since devices elsewhere share its counters). The
         controller reads a node of 248 MIG-published devices after every placement on it."""
         units = self.node(name)
-        parts = self._parts.get(name)
-        if parts is None:
-            parts = self._parts[name] = self._unit_parts(units)
+        found = self._parts.get(name)
+        if found is None:
+            parts = self._unit_parts(units)
             order = [i for indexes, _, _ in parts for i in indexes]
-            self._in_order[name] = order == list(range(len(units.devices)))
+            found = self._parts[name] = (parts, order == list(range(len(units.devices))))
+        parts, in_order = found
         cached = self._availability.get(name)
         if cached is not None and cached[0] is not usage:
             cached = None
@@ -204,7 +210,7 @@ class Rooms:
                 values.append(tuple(self.available(usage, units.devices[i]) for i in indexes))
             stamps.append(stamp)
         self._availability[name] = (usage, stamps, values)
-        if self._in_order.get(name):  # the units list the devices in order: no reshuffle
+        if in_order:  # the units list the devices in order: no reshuffle
             return tuple(chain.from_iterable(values))
         out = [0.0] * len(units.devices)
         for (indexes, _, _), unit_values in zip(parts, values, strict=True):
@@ -212,7 +218,7 @@ class Rooms:
                 out[i] = value
         return tuple(out)
 
-    def _unit_parts(self, units: NodeUnits) -> list[tuple[tuple[int, ...], tuple[int, ...], bool]]:
+    def _unit_parts(self, units: NodeUnits) -> list[_Part]:
         """Per unit: its device indexes, their device ids, and whether its pools are bound to
         this node alone."""
         parts = []
