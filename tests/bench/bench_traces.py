@@ -1,6 +1,7 @@
 """GPU allocation ratio on the openb production traces, next to FGD's published figures.
 
     .venv/bin/python -m tests.bench.bench_traces [TRACE_DIR] [--seeds 5] [--traces gpushare40,...]
+    .venv/bin/python -m tests.bench.bench_traces --modes scored --seeds 1 --digest
 
 The traces are those of Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads
 with Fragmentation Gradient Descent" (USENIX ATC '23). As in the paper, pods are sampled with
@@ -14,10 +15,13 @@ read when the arrived demand reaches 100 % and 120 %, by the report `simulate --
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.simulation.allocation_report import AllocationReport, parse_points
@@ -52,8 +56,10 @@ def run(
     seed: int,
     fuller_first: bool = True,
     online: bool = False,
+    digest: Any = None,
 ) -> list[tuple[float, float]]:
-    """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them."""
+    """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them.
+    `digest` (a hashlib object) takes every pod's node and allocations, in arrival order."""
     nodes, slices, classes = cluster(read_nodes(directory))
     snapshot = ClusterSnapshot.build(slices, classes, nodes)
     trace_pods = read_pods(directory, trace)
@@ -65,7 +71,12 @@ def run(
     for i, trace_pod in enumerate(pods):
         pod, templates = pod_objects(trace_pod, i)
         claims = pod_claims(pod, {}, {key_of(t): t for t in templates})
-        placed = sim.place_pod(pod, claims).node is not None
+        placement = sim.place_pod(pod, claims)
+        placed = placement.node is not None
+        if digest is not None:
+            digest.update(
+                json.dumps([placement.node, placement.allocations], sort_keys=True).encode()
+            )
         report.arrive(report.units.asked(claims), placed)
         report.read_shares(0.0)
         if verbose and i % 500 == 0:
@@ -91,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="scored: learn the shapes as pods arrive instead of from the whole trace",
     )
+    parser.add_argument(
+        "--digest",
+        action="store_true",
+        help="print a hash of every pod's node and devices per trace and mode (same hash: "
+        "same placements), to check that a change moves no pod",
+    )
     args = parser.parse_args(argv)
+    digests: list[str] = []
     print(
         "| trace | mode | seeds | ratio 100 % | ratio 120 % | idle GPUs 100 % | idle 120 % "
         "| lowest / highest seed at 100 % | s |"
@@ -100,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.traces.split(","):
         for mode in args.modes.split(","):
             start = time.perf_counter()
+            digest = hashlib.sha256() if args.digest else None
             results = [
                 run(
                     args.directory,
@@ -108,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                     s,
                     not args.node_order_ties,
                     args.online,
+                    digest,
                 )
                 for s in range(args.seeds)
             ]
+            if digest is not None:
+                digests.append(f"digest {trace} {mode}: {digest.hexdigest()[:16]}")
             means = [
                 [statistics.mean(r[p][k] for r in results) for k in range(2)]
                 for p in range(len(POINTS))
@@ -125,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         for name, (a, b) in PUBLISHED[trace].items():
             print(f"| {trace} | published {name} (FGD paper) | 10 | {a:.2f} | {b:.2f} | | | | |")
+    for line in digests:
+        print(line)
     return 0
 
 

@@ -59,5 +59,7 @@ def test_availability_is_read_again_for_the_gpu_that_changed() -> None:
     after = rooms.availability(usage, "a")
     fresh = Rooms(snapshot).availability(usage, "a")
     assert after == fresh != before
+    # Device by device, in the node's device order, as `available` reads each one.
+    assert after == tuple(rooms.available(usage, d) for d in units.devices)
     usage.release(snapshot, allocation)
     assert rooms.availability(usage, "a") == before
