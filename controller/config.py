@@ -77,8 +77,9 @@ class ControllerConfig:
     """How long devices freed by reclaim stay kept for the pod they were freed for."""
     report_interval_s: float = 10.0
     """A waiting pod whose reason changes is told the new one at most this often (the first
-    reason goes out at once): reasons move with every pass while a queue reclaims or capacity
-    comes and goes, and each report is two API calls."""
+    reason goes out when the allocation work pauses, at most 5 s later): reasons move with
+    every pass while a queue reclaims or capacity comes and goes, and each report is two API
+    calls."""
     workload_profile: tuple[ProfileEntry, ...] | None = None
     """A configured workload profile (`--workload-profile`); None: learn it from the pods."""
     workload_configmap: str | None = None

@@ -121,7 +121,7 @@ FLAGS: tuple[Flag, ...] = (
         type=seconds,
         default="10s",
         help="a waiting pod is told a changed reason (Event and condition) at most this often; "
-        "its first reason goes out at once",
+        "its first reason goes out when the allocation work pauses, at most 5 s later",
     ),
     Flag(
         "--settle-time",

@@ -15,7 +15,13 @@ allocation work goes on:
   GPUs are held for other queues" in turns);
 * a pod whose gate is about to come off drops what was not sent yet, and waits for a report
   already on the wire, so that "allocated" is always the pod's last word (`settle`);
-* the "allocated" condition is written only over a "cannot allocate" that was actually sent.
+* the "allocated" condition is written only over a "cannot allocate" that was actually sent;
+* reports give way to the allocation work: while a pass runs, evictions go out or gates come
+  off (`busy`), a report waits, up to `hold_back_s` from when it was queued. The API server
+  serves both, and on a busy one each report made every write on the allocation path a little
+  later: while a starved queue reclaimed on 100 nodes, its 200 pods' reasons (an Event and a
+  condition each, then an "allocated" condition over it) cost it about 0.7 s of its 6 s. Held
+  back, most of those pods are placed before their report's turn comes, and it is dropped.
 
 Everything here runs on the event loop's thread; the API calls run in its executor.
 """
@@ -23,7 +29,9 @@ Everything here runs on the event loop's thread; the API calls run in its execut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 
 import structlog
 from kubernetes import client
@@ -36,6 +44,8 @@ log = structlog.get_logger(__name__)
 #: Reports in flight at once: few, so that the pass's own calls are never queued behind them
 #: in the API threads.
 REPORT_CONCURRENCY = 4
+#: How long a report waits for the allocation work to pause before it goes anyway.
+HOLD_BACK_S = 5.0
 
 
 class Reporter:
@@ -46,9 +56,14 @@ class Reporter:
         *,
         interval_s: float = 10.0,
         concurrency: int = REPORT_CONCURRENCY,
+        hold_back_s: float = HOLD_BACK_S,
     ) -> None:
         self.api = api
         self._interval_s = interval_s
+        self._hold_back_s = hold_back_s
+        self._busy = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
         self._condition_type = condition_type
         self._concurrency = concurrency
         self._limit: asyncio.Semaphore | None = None
@@ -77,6 +92,18 @@ class Reporter:
         if key not in self._tasks:
             self._tasks[key] = asyncio.ensure_future(self._send(key))
         return True
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Allocation work under way: reports wait while inside (see the module docstring)."""
+        self._busy += 1
+        self._quiet.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._quiet.set()
 
     def pending(self) -> int:
         """Pods with a report queued or being sent."""
@@ -122,7 +149,14 @@ class Reporter:
     async def _send(self, key: Key) -> None:
         if self._limit is None:
             self._limit = asyncio.Semaphore(self._concurrency)
+        queued_at = time.monotonic()
         try:
+            # Waiting for the allocation work to pause, not for another task's result: a
+            # report that waited its longest goes anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._quiet.wait(), max(0.0, queued_at + self._hold_back_s - time.monotonic())
+                )
             while key in self._newest:
                 sent_at = self._sent_at.get(key)
                 if sent_at is not None:

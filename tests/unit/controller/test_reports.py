@@ -37,8 +37,10 @@ class Api:
         self.calls.append(("condition", target["metadata"]["name"], condition["message"]))
 
 
-def reporter(api: Api, interval_s: float = 10.0) -> Reporter:
-    return Reporter(api, CONDITION, interval_s=interval_s)  # type: ignore[arg-type]
+def reporter(api: Api, interval_s: float = 10.0, hold_back_s: float = 5.0) -> Reporter:
+    return Reporter(  # type: ignore[arg-type]
+        api, CONDITION, interval_s=interval_s, hold_back_s=hold_back_s
+    )
 
 
 async def test_the_first_reason_goes_out_at_once_with_its_event_then_its_condition() -> None:
@@ -122,3 +124,29 @@ async def test_cancel_drops_what_was_not_sent() -> None:
     await asyncio.wait_for(reports.drain(), 5)
     assert [c[2] for c in api.calls if c[0] == "event"] == ["first"]
     assert reports.pending() == 0
+
+
+async def test_reports_wait_while_allocation_work_goes_on() -> None:
+    api = Api()
+    reports = reporter(api)
+    with reports.busy():
+        reports.report(pod("p"), "no room")
+        reports.report(pod("q"), "no room")
+        for _ in range(20):  # turns of the loop, in which nothing may be sent
+            await asyncio.sleep(0)
+        assert api.calls == []
+        # Placed while its report waited: dropped, and no "allocated" needs to follow.
+        assert not await reports.settle(("default", "p"))
+    await asyncio.wait_for(reports.drain(), 5)  # the work paused: the rest goes
+    assert [c[:2] for c in api.calls] == [("event", "q"), ("condition", "q")]
+
+
+async def test_a_report_held_back_its_longest_goes_anyway() -> None:
+    api = Api()
+    reports = reporter(api, hold_back_s=0.2)
+    with reports.busy():
+        queued = time.monotonic()
+        reports.report(pod("p"), "no room")
+        await asyncio.wait_for(reports.drain(), 5)
+        assert time.monotonic() - queued >= 0.2
+    assert [c[:2] for c in api.calls] == [("event", "p"), ("condition", "p")]
