@@ -50,7 +50,7 @@ from controller.kube_calls import ControllerApi
 from controller.queue_metrics import QueueMetrics
 from controller.queue_status import QueueStatusWriter
 from controller.queueing import QueueKeeper, QueuePass, QueueSettings, Reclaim
-from controller.reconciler_state import ReconcilerState, Settling
+from controller.reconciler_state import ReconcilerState
 from controller.reports import Reporter, set_condition
 from controller.view import ClusterView, allocation_of
 from controller.writer import ClaimWriter, NotLeaderError
@@ -262,7 +262,7 @@ class Reconciler:
     def _recover(self) -> None:
         """After a failed pass: its unfinished decisions are dropped and their pods decided
         again (what was written is found in the claims then), and every gated pod looked at."""
-        settling = {id(s.decision) for s in self.state.settling}
+        settling = {id(d) for _, d in self.state.settling}
         for decision in self.state.in_flight:
             if id(decision) not in settling:
                 self._retry(decision)
@@ -332,7 +332,7 @@ class Reconciler:
         self.state.in_flight = decisions
         reports = self.reports.pending()
         now = time.monotonic()
-        settled = sum(1 for s in self.state.settling if s.at <= now)
+        settled = sum(1 for at, _ in self.state.settling if at <= now)
         if reclaims:
             # Carried out while this pass writes and the next ones run: a starved queue's pass
             # evicts for hundreds of pods, and the pods decided meanwhile, and the claims its
@@ -392,17 +392,11 @@ class Reconciler:
     async def _lift_settled(self) -> None:
         """Gates off for decisions that stayed clear of other allocations for the settle time."""
         now = time.monotonic()
-        settled = [s for s in self.state.settling if s.at <= now]
-        self.state.settling = [s for s in self.state.settling if s.at > now]
-        due = [s.decision for s in settled]
+        due = [d for at, d in self.state.settling if at <= now]
+        self.state.settling = [(at, d) for at, d in self.state.settling if at > now]
         pods = {key_of(p) for d in due for p in d.pods} - self.state.lifting
         self.state.lifting |= pods
         try:
-            # The re-check after writing: with the view up to our own writes, an allocation
-            # that landed before them is in it. Waited for here, not in the pass that wrote:
-            # while a queue reclaims, the watch lags a second behind and the next pass, which
-            # decides the pods the victims freed meanwhile, would wait as long.
-            await self._fresh(max((s.written_rv for s in settled), default=0), if_behind=True)
             ready = []
             for decision in due:
                 if self._still_fits(decision, "settled"):
@@ -417,7 +411,7 @@ class Reconciler:
                 self._wake.set()
 
     def next_deadline(self) -> float | None:
-        due = [s.at for s in self.state.settling]
+        due = [at for at, _ in self.state.settling]
         if self.queue_status.due is not None:
             due.append(self.queue_status.due)
         due.extend(h.until for h in self.queues.holds.values())
@@ -446,7 +440,7 @@ class Reconciler:
         """The pods to decide, one list per decision: a pod alone, or a gang's gated members."""
         units: list[list[Obj]] = []
         gangs_done: set[GangId] = set()
-        settling = {key_of(p) for s in self.state.settling for p in s.decision.pods}
+        settling = {key_of(p) for _, d in self.state.settling for p in d.pods}
         for key in keys:
             pod = self.view.pods.get(key)
             if not self._gated(pod):
@@ -521,15 +515,17 @@ class Reconciler:
         await self._fresh(max((rv or 0 for rv in marked), default=0))
         ready = [d for d in ready if self._still_fits(d, "before-write")]
         written = await asyncio.gather(*(self._write(d, limit) for d in ready))
-        done = [(d, rv) for d, rv in zip(ready, written, strict=True) if rv is not None]
+        done = [d for d, rv in zip(ready, written, strict=True) if rv is not None]
         if not done:
             return
+        if any(d.allocations for d in done):
+            await self._fresh(max(rv or 0 for rv in written))
         settle_at = time.monotonic() + self.config.settle_s
-        # Only allocations need the re-check after writing: a reservation on a claim
-        # allocated before is no new claim on a device.
-        self.state.settling += [
-            Settling(settle_at, d, rv if d.allocations else 0) for d, rv in done
-        ]
+        for decision in done:
+            if self._still_fits(decision, "after-write"):
+                self.state.settling.append((settle_at, decision))
+            else:
+                await self._withdraw(decision)
         # Their gates come off when the settle time is over, not when a pass next gets to it:
         # a pass deciding hundreds of pods would hold them up for its whole length.
         timer = asyncio.get_running_loop().call_later(self.config.settle_s, self._settle_time_over)
@@ -551,12 +547,9 @@ class Reconciler:
             log.exception("lifting gates failed", error=str(err))
             self.resync()
 
-    async def _fresh(self, own_write_rv: int, *, if_behind: bool = False) -> None:
+    async def _fresh(self, own_write_rv: int) -> None:
         """Bring the view's claims up to now: through the watch when it carries one of our own
-        writes (everything committed before that write then arrived too), else by listing.
-        With `if_behind`, only up to that write, and nothing at all when there was none."""
-        if if_behind and self.view.watched_claims_rv >= own_write_rv:
-            return
+        writes (everything committed before that write then arrived too), else by listing."""
         if own_write_rv and await self.view.claims_caught_up(own_write_rv, WATCH_CATCH_UP_S):
             return
         fresh, listed_at = await _pass_call(self.api.list_claims)
@@ -804,7 +797,7 @@ class Reconciler:
         if not self._is_leader() or not self._unused(key, claim):
             return False
         if any(key in d.claims for d in self.state.in_flight) or any(
-            key in s.decision.claims for s in self.state.settling
+            key in d.claims for _, d in self.state.settling
         ):
             return False
         self._finalizing.add(key)

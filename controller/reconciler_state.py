@@ -20,19 +20,6 @@ from controller.informer import Key, Obj
 from dra_driver.queues import Ledger
 
 
-@dataclass(slots=True, frozen=True)
-class Settling:
-    """A written decision waiting for its gates to come off."""
-
-    at: float
-    """When its settle time is over (monotonic seconds)."""
-    decision: Decision
-    written_rv: int
-    """The newest resourceVersion its writes got (0 when it allocated nothing): the claims
-    watch must have brought that far before the last re-check, so that every allocation
-    committed before ours is in the view."""
-
-
 @dataclass(slots=True)
 class ReconcilerState:
     queue: dict[Key, None] = field(default_factory=dict)
@@ -67,11 +54,11 @@ class ReconcilerState:
     writes are over; after a failed pass `_recover` decides the pods of those not yet settling
     again and empties it."""
 
-    settling: list[Settling] = field(default_factory=list)
+    settling: list[tuple[float, Decision]] = field(default_factory=list)
     """Written decisions and when their gates may come off (`ControllerConfig.settle_s`).
-    Filled by `_write_all` for the decisions it wrote; the due ones are taken by
-    `_lift_settled`, which re-checks them once the claims watch has brought their writes back;
-    emptied on stepping down (the next leader finishes them)."""
+    Filled by `_write_all` for the decisions that passed the re-check after writing; the due ones
+    are taken by `_lift_settled` in every pass; emptied on stepping down (the next leader
+    finishes them)."""
 
     lifting: set[Key] = field(default_factory=set)
     """Pods whose decision left `settling` and whose gate lift (or withdrawal) is under way,
