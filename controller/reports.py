@@ -17,11 +17,11 @@ allocation work goes on:
   already on the wire, so that "allocated" is always the pod's last word (`settle`);
 * the "allocated" condition is written only over a "cannot allocate" that was actually sent;
 * reports give way to the allocation work: while a pass runs, evictions go out or gates come
-  off (`busy`), a report waits, up to `hold_back_s` from when it was queued. The API server
-  serves both, and on a busy one each report made every write on the allocation path a little
-  later: while a starved queue reclaimed on 100 nodes, its 200 pods' reasons (an Event and a
+  off (`busy`), a report waits, up to `hold_back_s` from when it was queued. The API server and
+  the controller's one core serve both, and each report made the writes that place pods a
+  little later: while a starved queue reclaimed on 100 nodes, its pods' reasons (an Event and a
   condition each, then an "allocated" condition over it) cost it about 0.7 s of its 6 s. Held
-  back, most of those pods are placed before their report's turn comes, and it is dropped.
+  back, many of those pods are placed before their report's turn comes, and it is dropped.
 
 Everything here runs on the event loop's thread; the API calls run in its executor.
 """
