@@ -149,14 +149,12 @@ class Reporter:
     async def _send(self, key: Key) -> None:
         if self._limit is None:
             self._limit = asyncio.Semaphore(self._concurrency)
-        queued_at = time.monotonic()
         try:
-            # Waiting for the allocation work to pause, not for another task's result: a
-            # report that waited its longest goes anyway.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._quiet.wait(), max(0.0, queued_at + self._hold_back_s - time.monotonic())
-                )
+            if not self._quiet.is_set():
+                # Waiting for the allocation work to pause, not for another task's result: a
+                # report that waited its longest goes anyway.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._quiet.wait(), self._hold_back_s)
             while key in self._newest:
                 sent_at = self._sent_at.get(key)
                 if sent_at is not None:
