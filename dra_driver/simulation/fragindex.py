@@ -8,14 +8,18 @@ node cannot host the shape (CPU, memory or too few usable devices), else the roo
 fragmentation weighs the shapes by the workload (workload.py). A pod goes to the node, and the
 unit on it, whose increase of expected fragmentation scores the most points (below).
 
-Shapes are weighed by their share of the pods that ask for devices, as in the paper (pods
-without devices would steer GPU pods away from nodes short of CPU for them); the most common
-ones that together make up `COVERAGE` of those pods are kept, at most `MAX_SHAPES` (a new GPU
-state costs one pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the
-pods). Weighing shapes by the device room they ask for instead was measured and rejected: it
-helps where pods mostly share GPUs and costs several points where pods are pinned to models
-(docs/performance.md). The weights come from the whole workload when it is known in advance
-(`Workload.of`); learned while pods arrive, the early weights rest on a handful of pods.
+Shapes are weighed by their share of all the pods, those that ask for no device included, as
+FGD's simulator weighs its typical pods in the paper's experiments; the most common ones that
+together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a new GPU state costs one
+pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). A shape
+without devices can use none of a node's free device room, whether or not the node has the CPU
+for it, so its term is all of that room on every node (FGD's rule): it never steers a GPU pod
+towards CPU, it only shifts every increase by the same amount for a given pod, which changes
+which increases round to equal points (docs/performance.md measures it). Weighing shapes by
+the device room they ask for instead was measured and rejected: it helps where pods mostly
+share GPUs and costs several points where pods are pinned to models (docs/performance.md).
+The weights come from the whole workload when it is known in advance (`Workload.of`); learned
+while pods arrive, the early weights rest on a handful of pods.
 
 Increases are scored as FGD's scheduler plugin scores a node (`fgd_points`: 100 x
 sigmoid(-increase), truncated, so a point is about 0.04 GPU near zero and wider further out). The
@@ -34,10 +38,11 @@ How the formula is evaluated, and why it is cheap enough for every node of every
 expected fragmentation is
 
     F = sum over kept shapes s, in order, of  p_s * total room       if its free CPU or memory
-                                                                     cannot take s
+                                                                     cannot take s, or s asks
+                                                                     for no device
                                               p_s * loss(GPU state, demand of s)   otherwise
 
-(0 for a shape without devices; F = 0 when the node has no room). Evaluated as written, once per
+(F = 0 when the node has no room). Evaluated as written, once per
 node state, it cost a pass over the shapes and their units per node: pods of production traces
 have nearly unique CPU and memory requests, so after-states never repeat and a pod cost about a
 thousand passes. The pieces are now cached where they repeat:
@@ -181,7 +186,7 @@ class ShapeTable:
             if did >= 0:
                 by_demand.setdefault(did, []).append(s)
         self.by_demand = [(did, np.array(shapes)) for did, shapes in by_demand.items()]
-        """(demand id, the shapes with that demand): shapes without devices have no term."""
+        """(demand id, the shapes with that demand); a shape without devices fails every cell."""
         requested = [dict(shape.requests) for shape, _ in self.weighted]
         self.thresholds: list[list[int]] = []
         self.arrays: list[NDArray[Any]] = []
@@ -204,6 +209,8 @@ class ShapeTable:
             where = np.array([position[r[name]] if name in r else -1 for r in requested])
             if len(where):
                 fail |= where[None, :] >= ranks[:, None]
+        # A shape without devices can use none of the free device room, CPU or not (FGD).
+        fail[:, [s for s, did in enumerate(demand_ids) if did < 0]] = True
         self.fail = fail
         self.values: dict[int, float] = {}
         """(GPU state id * cells + cell) -> expected fragmentation."""
@@ -414,16 +421,15 @@ class FragmentationIndex:
     def weighted(
         self, distribution: Sequence[tuple[PodShape, float]]
     ) -> list[tuple[PodShape, float]]:
-        """The most common shapes of the pods that ask for devices that make up `COVERAGE` of
-        those pods (at most `MAX_SHAPES`), renormalised.
+        """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
+        renormalised.
 
-        Pods that ask for no device are left out, as FGD defines its target workload: their
-        term is the node's whole free device room where its CPU or memory cannot take them,
-        so a few large CPU-only shapes steered GPU pods away from nodes short of CPU, to keep
-        CPU for pods that use no GPU (13 % of gpushare40's pods)."""
-        ranked = sorted(
-            (item for item in distribution if item[0].demand is not None), key=lambda i: -i[1]
-        )
+        Pods that ask for no device count, as in FGD's experiments (13 % of the openb traces'
+        pods): their term is the same on every node, so they do not steer, but they shift and
+        scale each increase before it is rounded to points. Left out, or counted only where a
+        node lacks their CPU (which steered GPU pods away from such nodes), both measured worse
+        on two of the three openb traces (docs/performance.md)."""
+        ranked = sorted(distribution, key=lambda i: -i[1])
         kept: list[tuple[PodShape, float]] = []
         mass = 0.0
         for shape, p in ranked:

@@ -3,7 +3,7 @@
 A shape is what decides where a pod can go: its node resource requests (CPU, memory, ...) and its
 dominant device demand (how many devices, of which class and selectors, how large a share of
 each). The distribution holds every shape, by its share of the pods (the fragmentation index
-leaves out the shapes without devices, and weighs and trims the rest).
+keeps the most common ones).
 
 When every pod to come is known in advance (`simulate`'s input, a trace), the distribution is
 theirs from the start and stays (`Workload.of`). Otherwise shapes are counted as pods arrive:

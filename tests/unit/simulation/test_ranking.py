@@ -85,10 +85,10 @@ def _fragmentation(
     where = {name: i for i, name in enumerate(index.names)}
     expected = 0.0
     for shape, p in weighted:
-        if any(free[where[n]] < amount for n, amount in shape.requests if n in where):
-            expected += p * total
-            continue
-        if shape.demand is None:
+        if shape.demand is None or any(
+            free[where[n]] < amount for n, amount in shape.requests if n in where
+        ):
+            expected += p * total  # no device for it, or not its CPU or memory
             continue
         usable, lost = 0, 0.0
         for u, matched in enumerate(index.matching(node, shape.demand)):

@@ -163,16 +163,30 @@ def test_the_shapes_weighed_are_the_most_common_up_to_95_percent(rare_pods: int,
     assert sum(p for _, p in weighed) == pytest.approx(1.0)
 
 
-def test_pods_without_devices_are_not_weighed() -> None:
-    """A CPU-only shape, however common, is not part of the workload the score weighs by: it
-    would make every node short of its CPU count all its free GPUs as lost (FGD's target
-    workload is the pods that ask for GPUs)."""
+def test_pods_without_devices_count_all_free_room_on_every_node() -> None:
+    """A CPU-only shape is weighed by its share of the pods, as FGD weighs its typical pods,
+    and its term is the node's whole free device room whether or not the node has the CPU for
+    it: it shifts every node's value alike and never favours a node for its free CPU."""
     nodes, slices, classes = cluster(NODES)
-    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
-    gpu = _shape(sim, TracePod("g", 1000, 1024, 1, 500, ()), 0)
-    cpu_only = _shape(sim, TracePod("c", 30000, 1024, 0, 0, ()), 1)
-    weighed = sim.index.weighted([(cpu_only, 0.9), (gpu, 0.1)])
-    assert weighed == [(gpu, 1.0)]
+    probe = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
+    gpu = _shape(probe, TracePod("g", 1000, 1024, 1, 500, ()), 0)
+    cpu_only = _shape(probe, TracePod("c", 6000, 1024, 0, 0, ()), 1)
+    assert probe.index.weighted([(cpu_only, 0.9), (gpu, 0.1)]) == [(cpu_only, 0.9), (gpu, 0.1)]
+    workload = Workload.weighted([(cpu_only, 0.9), (gpu, 0.1)])
+    sim = Cluster(
+        ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED, workload=workload
+    )
+    index = sim.index
+    index.refresh()
+    node = "n1"  # four V100s, all free: the GPU shape can use all of them
+    avail = index.rooms.availability(index.usage, node)
+    cpu = index.names.index("cpu")
+    roomy = [2**40] * len(index.names)  # plenty of memory and the rest
+    roomy[cpu] = 8000
+    short = list(roomy)
+    short[cpu] = 2000  # too little for the CPU-only shape, enough for the GPU one
+    for free in (roomy, short):
+        assert index.fragmentation(node, avail, tuple(free)) == pytest.approx(0.9 * 4.0)
 
 
 def test_a_workload_given_whole_is_not_changed_by_arrivals() -> None:
