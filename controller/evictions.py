@@ -5,8 +5,10 @@ queue's pod waits; an idle victim of ordinary reclaim is told how long too.
 
 The condition goes first, so the pod's own record says which queue took its devices before it
 is gone (as the kube-scheduler sets `DisruptionTarget` before it preempts); the Event follows
-the eviction, off the path to the freed devices (Events outlive their pod): it is posted beside
-the next evictions, a few at a time, rather than before them. A
+the eviction, off the path to the freed devices (Events outlive their pod): it waits, as the
+waiting pods' reports do, for the allocation work to pause (at most the reports' hold-back
+time), then goes a few at a time. Posted beside the evictions, the victims' Events of a starved
+queue's arrival (one per victim, hundreds) competed with the writes that place its pods. A
 PodDisruptionBudget that forbids the eviction (429) spares the pod for the hold time and tells
 the waiting pod; a pod already gone (404) needs nothing.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 import urllib3
@@ -41,39 +43,61 @@ def reclaimed_condition(driver_name: str) -> str:
 
 
 async def carry_out_all(
-    reclaims: Sequence[Reclaim], api: ControllerApi, keeper: QueueKeeper, metrics: QueueMetrics
+    reclaims: Sequence[Reclaim],
+    api: ControllerApi,
+    keeper: QueueKeeper,
+    metrics: QueueMetrics,
+    events: VictimEvents | None = None,
 ) -> None:
     """Every reclaim of a pass, several at once: a queue that arrives starved reclaims for
     hundreds of pods in one pass, and one after another their calls would hold the pass up
-    for seconds. The victims of one reclaim still go in order. The victims' Events go out
-    beside the evictions, a few at a time, and do not hold up the next eviction."""
+    for seconds. The victims of one reclaim still go in order. The victims' Events go to
+    `events` (the caller's, which it drains) and do not hold up the next eviction; without
+    it, they go beside the evictions and are drained before this returns."""
     limit = asyncio.Semaphore(EVICT_CONCURRENCY)
-    events = _Events(api)
+    own = events is None
+    posting = events or VictimEvents(api)
 
     async def one(reclaim: Reclaim) -> None:
         async with limit:
-            await carry_out(reclaim, api, keeper, metrics, events)
+            await carry_out(reclaim, api, keeper, metrics, posting)
 
     try:
         await asyncio.gather(*(one(r) for r in reclaims))
     finally:
-        await events.drain()
+        if own:
+            await posting.drain()
 
 
-class _Events:
-    """The victims' Events of one round of evictions, posted in the background."""
+class VictimEvents:
+    """The victims' Events, posted in the background; each waits for `ready` first (the
+    allocation work to pause) when given."""
 
-    def __init__(self, api: ControllerApi) -> None:
+    def __init__(
+        self, api: ControllerApi, ready: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._api = api
+        self._ready = ready
         self._limit = asyncio.Semaphore(EVENT_CONCURRENCY)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting = 0
 
     def post(self, victim: Obj, message: str) -> None:
         task = asyncio.ensure_future(self._post(victim, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def waiting(self) -> int:
+        """Events waiting for `ready`."""
+        return self._waiting
+
     async def _post(self, victim: Obj, message: str) -> None:
+        if self._ready is not None:
+            self._waiting += 1
+            try:
+                await self._ready()
+            finally:
+                self._waiting -= 1
         async with self._limit:
             try:
                 await asyncio.to_thread(
@@ -92,11 +116,11 @@ async def carry_out(
     api: ControllerApi,
     keeper: QueueKeeper,
     metrics: QueueMetrics,
-    events: _Events | None = None,
+    events: VictimEvents | None = None,
 ) -> None:
     asker = reclaim.asker
     own = events is None
-    events = events or _Events(api)
+    events = events or VictimEvents(api)
     try:
         for victim, victim_queue in reclaim.victims:
             message = _message(reclaim, victim, victim_queue)

@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry
 from controller.allocation_metrics import AllocationMetrics
 from controller.config import ControllerConfig
 from controller.decide import Decision, NotYet, Unallocatable, no_room
-from controller.evictions import carry_out_all
+from controller.evictions import VictimEvents, carry_out_all
 from controller.gangs import GangError, GangId, gang_of, members
 from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.kube_calls import ControllerApi
@@ -112,6 +112,8 @@ class Reconciler:
             api, condition_type(config.driver_name), interval_s=config.report_interval_s
         )
         """Why waiting pods wait, sent off the pass's path (see `controller.reports`)."""
+        self.victim_events = VictimEvents(api, self.reports.until_quiet)
+        """Why each reclaim victim went, posted when the allocation work pauses."""
         self._running: set[asyncio.Task[None]] = set()
         """Work passes left running: evictions being carried out, gate lifts that came due."""
         self._timers: set[asyncio.TimerHandle] = set()
@@ -339,7 +341,11 @@ class Reconciler:
             # victims release, need not wait for all of them (the victims are marked as being
             # evicted, so no later pass chooses them again).
             self._background(
-                self._busy(carry_out_all(reclaims, self.api, self.queues, self.queue_metrics))
+                self._busy(
+                    carry_out_all(
+                        reclaims, self.api, self.queues, self.queue_metrics, self.victim_events
+                    )
+                )
             )
         await _all(self._write_all(decisions), self._lift_settled())
         step("writes_s")
@@ -387,6 +393,7 @@ class Reconciler:
         end of the loop)."""
         while self._running:
             await asyncio.wait(list(self._running))
+        await self.victim_events.drain()
         await self.reports.drain()
 
     async def _lift_settled(self) -> None:

@@ -105,6 +105,13 @@ class Reporter:
             if not self._busy:
                 self._quiet.set()
 
+    async def until_quiet(self) -> None:
+        """Wait for the allocation work to pause, at most the hold-back time: for work that
+        may go later (reports, the victims' Events), not for another task's result."""
+        if not self._quiet.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), self._hold_back_s)
+
     def pending(self) -> int:
         """Pods with a report queued or being sent."""
         return len(self._tasks)
@@ -150,11 +157,7 @@ class Reporter:
         if self._limit is None:
             self._limit = asyncio.Semaphore(self._concurrency)
         try:
-            if not self._quiet.is_set():
-                # Waiting for the allocation work to pause, not for another task's result: a
-                # report that waited its longest goes anyway.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._quiet.wait(), self._hold_back_s)
+            await self.until_quiet()  # a report that waited its longest goes anyway
             while key in self._newest:
                 sent_at = self._sent_at.get(key)
                 if sent_at is not None:

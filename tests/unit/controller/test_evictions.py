@@ -4,6 +4,7 @@ broken connection is let go, and the next victim is still tried."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -14,7 +15,13 @@ import urllib3
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from controller.evictions import REASON, carry_out, carry_out_all, reclaimed_condition
+from controller.evictions import (
+    REASON,
+    VictimEvents,
+    carry_out,
+    carry_out_all,
+    reclaimed_condition,
+)
 from controller.informer import Key, Obj
 from controller.queue_metrics import QueueMetrics
 from controller.queueing import Hold, QueueKeeper, QueueSettings, Reclaim
@@ -246,3 +253,15 @@ async def test_every_reclaim_of_a_pass_is_carried_out() -> None:
     await carry_out_all(reclaims, api, keep, counted)  # type: ignore[arg-type]
     assert sorted(c[1] for c in api.calls if c[0] == "evict") == sorted(f"a{i}" for i in range(20))
     assert evictions(counted, "a") == 20
+
+
+async def test_the_victims_events_wait_until_ready_and_the_evictions_do_not() -> None:
+    api, keep, counted = Api(), keeper(), metrics()
+    ready = asyncio.Event()
+    events = VictimEvents(api, ready.wait)  # type: ignore[arg-type]
+    await carry_out_all([reclaim(("a1", "a"), ("a2", "a"))], api, keep, counted, events)  # type: ignore[arg-type]
+    assert [c[:2] for c in api.calls if c[0] == "evict"] == [("evict", "a1"), ("evict", "a2")]
+    assert [c for c in api.calls if c[0] == "event"] == []
+    ready.set()
+    await asyncio.wait_for(events.drain(), 5)
+    assert [c[1] for c in api.calls if c[0] == "event"] == ["a1", "a2"]

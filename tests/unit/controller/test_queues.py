@@ -220,6 +220,36 @@ async def gone_and_released(daemon: ControllerDaemon, cluster: Cluster, name: st
     )
 
 
+async def test_a_victims_event_waits_for_the_allocation_work_to_pause(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    """The eviction goes at once; the Event saying why waits while allocation work goes on
+    (here: held open by the test), as the waiting pods' reports do."""
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    queue(api, "a", namespaces=["qa"], guaranteed={"gpu": "1"})
+    queue(api, "b", namespaces=["qb"], guaranteed={"gpu": "1"})
+    daemon = await a_borrows_two(cluster, api)
+    reconciler = daemon.reconciler
+
+    def reasons() -> list[str | None]:
+        return [e.reason for e in cluster.core.list_namespaced_event("qa").items]
+
+    try:
+        gpu_pod(cluster, "qb", "b1")
+        await known(daemon, ("qb", "b1"))
+        with reconciler.reports.busy():
+            await reconciler.run_pass()
+            while reconciler._running:  # the evictions the pass left running, all done
+                await asyncio.wait(list(reconciler._running))
+            assert read_pod(cluster, "qa", "a2") is None
+            assert reconciler.victim_events.waiting() == 1
+            assert "Reclaimed" not in reasons()
+        await reconciler.drain()
+        assert "Reclaimed" in reasons()
+    finally:
+        daemon.stop_watches()
+
+
 async def test_a_queue_below_its_guarantee_reclaims_the_newest_borrowed_pod(
     server: ApiServer, api: client.ApiClient
 ) -> None:
