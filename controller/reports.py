@@ -17,11 +17,15 @@ allocation work goes on:
   already on the wire, so that "allocated" is always the pod's last word (`settle`);
 * the "allocated" condition is written only over a "cannot allocate" that was actually sent;
 * reports give way to the allocation work: while a pass runs, evictions go out or gates come
-  off (`busy`), a report waits, up to `hold_back_s` from when it was queued. The API server and
-  the controller's one core serve both, and each report made the writes that place pods a
-  little later: while a starved queue reclaimed on 100 nodes, its pods' reasons (an Event and a
-  condition each, then an "allocated" condition over it) cost it about 0.7 s of its 6 s. Held
-  back, many of those pods are placed before their report's turn comes, and it is dropped.
+  off (`busy`), and until that work has stayed stopped for `pause_s`, a report waits, up to
+  `hold_back_s` from when it was queued. The API server and the controller's one core serve
+  both, and each report made the writes that place pods a little later: while a starved queue
+  reclaimed on 100 nodes, its pods' reasons (an Event and a condition each, then an "allocated"
+  condition over it) cost it about 0.7 s of its 6 s. Held back, many of those pods are placed
+  before their report's turn comes, and it is dropped. The pause must last: passes that follow
+  one another as pods come in leave gaps of tens of milliseconds, and reports (and the reclaim
+  victims' Events, which wait the same way) that went out in those gaps still took the writes'
+  place.
 
 Everything here runs on the event loop's thread; the API calls run in its executor.
 """
@@ -46,6 +50,9 @@ log = structlog.get_logger(__name__)
 REPORT_CONCURRENCY = 4
 #: How long a report waits for the allocation work to pause before it goes anyway.
 HOLD_BACK_S = 5.0
+#: How long the allocation work must have stopped to count as paused: passes that follow one
+#: another as a starved queue's pods come in leave gaps of a few tens of milliseconds.
+PAUSE_S = 0.25
 
 
 class Reporter:
@@ -57,13 +64,17 @@ class Reporter:
         interval_s: float = 10.0,
         concurrency: int = REPORT_CONCURRENCY,
         hold_back_s: float = HOLD_BACK_S,
+        pause_s: float = PAUSE_S,
     ) -> None:
         self.api = api
         self._interval_s = interval_s
         self._hold_back_s = hold_back_s
+        self._pause_s = pause_s
         self._busy = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
+        self._pausing: asyncio.TimerHandle | None = None
+        """Sets `_quiet` once the work has stopped for `pause_s`."""
         self._condition_type = condition_type
         self._concurrency = concurrency
         self._limit: asyncio.Semaphore | None = None
@@ -98,12 +109,17 @@ class Reporter:
         """Allocation work under way: reports wait while inside (see the module docstring)."""
         self._busy += 1
         self._quiet.clear()
+        if self._pausing is not None:
+            self._pausing.cancel()
+            self._pausing = None
         try:
             yield
         finally:
             self._busy -= 1
             if not self._busy:
-                self._quiet.set()
+                self._pausing = asyncio.get_running_loop().call_later(
+                    self._pause_s, self._quiet.set
+                )
 
     async def until_quiet(self) -> None:
         """Wait for the allocation work to pause, at most the hold-back time: for work that

@@ -29,6 +29,8 @@ from localcluster.scenario_pods import one_gpu_pod
 
 #: The issue's bound for b's pods to be running after they arrive.
 RECLAIM_DEADLINE_S = 30.0
+#: The controller posts the victims' Events when its allocation work pauses, within 5 s.
+EVENTS_WITHIN_S = 10.0
 
 
 async def _until(check: Callable[[], bool], timeout_s: float) -> bool:
@@ -189,6 +191,8 @@ async def two_teams(cluster: LocalCluster, out: TextIO, timeout_s: float = 120.0
     await asyncio.to_thread(teams.create_pods, "b", range(half))
     placed = await _until(lambda: teams.running("b") == half, timeout_s)
     took = time.monotonic() - started
+    # The victims' Events go out once the controller's allocation work pauses (at most 5 s).
+    await _until(lambda: teams.reclaimed() >= half, EVENTS_WITHIN_S)
     evicted = await asyncio.to_thread(teams.reclaimed)
     left = await asyncio.to_thread(teams.running, "a")
     print(

@@ -314,6 +314,8 @@ async def test_reclaim_evicts_the_idle_borrowed_pod_before_the_busy_newer_one(
         await asyncio.to_thread(teams.create_pods, "b", range(1))
         await eventually(lambda: teams.running("b") == 1, "b's pod running", in_thread=True)
         assert await asyncio.to_thread(_names, teams, "a") == {"a-0", "a-1", "a-3"}
+        # The victim's Event goes out once the controller's allocation work pauses.
+        await eventually(lambda: teams.reclaimed() >= 1, "the Reclaimed Event", in_thread=True)
         assert await asyncio.to_thread(teams.reclaimed) == 1
 
 

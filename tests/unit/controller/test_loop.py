@@ -159,8 +159,11 @@ async def test_every_gated_pod_is_looked_at_again_each_resync_period(
     cluster.create_pod(pod("p", ["big"]))
     daemon = await manual_controller(api, settle_s=0.0, resync_s=0.1)
     async with looping(daemon):
-        # Nothing changes after the first report, yet the pod is decided again and again.
-        await eventually(lambda: failures(daemon) >= 4, timeout=PROMPT_S, what="retries")
+        # Nothing changes after the first report, yet the pod is decided again and again. The
+        # report goes when the work pauses, here (a pass every 0.1 s) after the hold-back.
+        await eventually(lambda: cluster.events_for("p"), timeout=PROMPT_S, what="the report")
+        seen = failures(daemon)
+        await eventually(lambda: failures(daemon) >= seen + 4, timeout=PROMPT_S, what="retries")
         assert len(cluster.events_for("p")) == 1  # the same reason is reported once
         cluster.core.delete_namespaced_pod("p", "default")
         await eventually(lambda: pending(daemon) == 0, timeout=PROMPT_S, what="none pending")

@@ -37,9 +37,11 @@ class Api:
         self.calls.append(("condition", target["metadata"]["name"], condition["message"]))
 
 
-def reporter(api: Api, interval_s: float = 10.0, hold_back_s: float = 5.0) -> Reporter:
+def reporter(
+    api: Api, interval_s: float = 10.0, hold_back_s: float = 5.0, pause_s: float = 0.01
+) -> Reporter:
     return Reporter(  # type: ignore[arg-type]
-        api, CONDITION, interval_s=interval_s, hold_back_s=hold_back_s
+        api, CONDITION, interval_s=interval_s, hold_back_s=hold_back_s, pause_s=pause_s
     )
 
 
@@ -149,4 +151,27 @@ async def test_a_report_held_back_its_longest_goes_anyway() -> None:
         reports.report(pod("p"), "no room")
         await asyncio.wait_for(reports.drain(), 5)
         assert time.monotonic() - queued >= 0.2
+    assert [c[:2] for c in api.calls] == [("event", "p"), ("condition", "p")]
+
+
+async def test_reports_wait_until_the_work_has_stayed_paused() -> None:
+    """Passes that follow one another leave short gaps: a gap is not yet a pause."""
+    api = Api()
+    reports = reporter(api, pause_s=60.0)
+    with reports.busy():
+        reports.report(pod("p"), "no room")
+    for _ in range(20):  # turns of the loop after the work stopped: not paused for long yet
+        await asyncio.sleep(0)
+    assert api.calls == []
+    reports.cancel()
+
+
+async def test_reports_go_once_the_pause_has_lasted() -> None:
+    api = Api()
+    reports = reporter(api, pause_s=0.1)
+    with reports.busy():
+        reports.report(pod("p"), "no room")
+    stopped = time.monotonic()
+    await asyncio.wait_for(reports.drain(), 5)
+    assert time.monotonic() - stopped >= 0.1
     assert [c[:2] for c in api.calls] == [("event", "p"), ("condition", "p")]
