@@ -42,8 +42,8 @@ expected fragmentation is
                                                                      for no device
                                               p_s * loss(GPU state, demand of s)   otherwise
 
-(F = 0 when the node has no room). Evaluated as written, once per
-node state, it cost a pass over the shapes and their units per node: pods of production traces
+(F = 0 when the node has no room). Evaluated as written, once per node state, it cost a pass
+over the shapes and their units per node: pods of production traces
 have nearly unique CPU and memory requests, so after-states never repeat and a pod cost about a
 thousand passes. The pieces are now cached where they repeat:
 
@@ -426,9 +426,9 @@ class FragmentationIndex:
 
         Pods that ask for no device count, as in FGD's experiments (13 % of the openb traces'
         pods): their term is the same on every node, so they do not steer, but they shift and
-        scale each increase before it is rounded to points. Left out, or counted only where a
-        node lacks their CPU (which steered GPU pods away from such nodes), both measured worse
-        on two of the three openb traces (docs/performance.md)."""
+        scale each increase before it is rounded to points. Left out, they measured worse on
+        two of the three openb traces; counted only where a node lacks their CPU, they steered
+        GPU pods away from such nodes (docs/performance.md)."""
         ranked = sorted(distribution, key=lambda i: -i[1])
         kept: list[tuple[PodShape, float]] = []
         mass = 0.0
