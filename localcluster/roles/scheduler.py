@@ -6,7 +6,9 @@ order, exactly what the kube-scheduler's structured allocator would choose for o
 each claim's `status.allocation` and `reservedFor`, and binds the pod by setting
 `spec.nodeName`. Like the real scheduler, whose informers see the controller's allocations, it
 re-reads the claims right before writing and gives up a choice whose devices were taken since
-the pass began (the pass reads the cluster once and can take seconds). Pods that carry a
+the pass began (the pass reads the cluster once and can take seconds); and its claim writes,
+like the real scheduler's, are conditional on the resourceVersion it read, so a claim written
+meanwhile refuses them (409) and the pod is tried again on the next pass. Pods that carry a
 gate are left to the controller. As the scheduler's NodeResourcesFit does, it places a pod only
 where its CPU, memory and other requests fit what the node's `status.allocatable` has left after
 the pods bound or nominated there (`dra_driver.noderesources`). Nothing is scored, nothing
@@ -20,6 +22,7 @@ from typing import Any
 
 import structlog
 from kubernetes import dynamic
+from kubernetes.dynamic.exceptions import ConflictError
 
 from dra_driver.allocator import AllocationError, AllocationMode, ClusterSnapshot, Placer, Usage
 from dra_driver.allocator.result import allocation_node
@@ -36,6 +39,7 @@ from dra_driver.pod_claims import claim_names
 log = structlog.get_logger(__name__)
 
 MERGE = "application/merge-patch+json"
+Obj = dict[str, Any]
 
 
 def _items(resource: Any) -> list[dict[str, Any]]:
@@ -55,6 +59,37 @@ def _mark_unschedulable(pods: Any, pod: dict[str, Any], message: str) -> None:
         namespace=pod["metadata"]["namespace"],
         content_type=MERGE,
     )
+
+
+def _write_claims(
+    claims: Any, pod_claims: list[Obj], consumer: Obj, by_key: dict[tuple[str, str], Obj]
+) -> bool:
+    """Each claim's allocation and the pod in its `reservedFor`, each write conditional on the
+    resourceVersion read (as the kube-scheduler's writes are): False, and the pod left unbound,
+    when a claim changed since (another allocator wrote it)."""
+    for claim in pod_claims:
+        meta = claim["metadata"]
+        status = claim.setdefault("status", {})
+        reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != consumer["uid"]]
+        status["reservedFor"] = [*reserved, consumer]
+        try:
+            written = claims.status.patch(
+                body={
+                    "metadata": {"resourceVersion": meta["resourceVersion"]},
+                    "status": {
+                        "allocation": status["allocation"],
+                        "reservedFor": status["reservedFor"],
+                    },
+                },
+                name=meta["name"],
+                namespace=meta["namespace"],
+                content_type=MERGE,
+            ).to_dict()
+        except ConflictError:
+            log.info("claim changed since it was read", claim=meta["name"], pod=consumer["name"])
+            return False
+        by_key[(meta["namespace"], meta["name"])] = written
+    return True
 
 
 def _clash(
@@ -216,22 +251,8 @@ def reconcile_once(client: dynamic.DynamicClient) -> int:
         if node is None:
             continue
         consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
-        for claim in pod_claims:
-            status = claim.setdefault("status", {})
-            reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != meta["uid"]]
-            status["reservedFor"] = [*reserved, consumer]
-            written = claims.status.patch(
-                body={
-                    "status": {
-                        "allocation": status["allocation"],
-                        "reservedFor": status["reservedFor"],
-                    }
-                },
-                name=claim["metadata"]["name"],
-                namespace=meta["namespace"],
-                content_type=MERGE,
-            ).to_dict()
-            by_key[(meta["namespace"], claim["metadata"]["name"])] = written
+        if not _write_claims(claims, pod_claims, consumer, by_key):
+            continue  # a claim changed since it was read: the next pass tries the pod again
         pods.patch(
             body={"spec": {"nodeName": node}},
             name=meta["name"],

@@ -121,6 +121,38 @@ def test_the_scheduler_allocates_binds_and_leaves_what_does_not_fit(
     assert scheduler.reconcile_once(cluster) == 0
 
 
+def test_the_scheduler_leaves_a_pod_whose_claim_changed_since_it_was_read(
+    cluster: dynamic.DynamicClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its writes carry the resourceVersion it read, as the kube-scheduler's do: a claim
+    written meanwhile (by the controller, say) refuses the write, the pod stays unbound, and
+    the next pass binds it to what the claim holds then."""
+    setup_node(cluster)
+    make_pod(cluster, "first")
+    claims_from_templates.reconcile_once(cluster)
+    found = scheduler._clash
+    claims = kind(cluster, "resource.k8s.io/v1", "ResourceClaim")
+
+    def written_meanwhile(*args: Any) -> str | None:
+        (claim,) = items(cluster, "resource.k8s.io/v1", "ResourceClaim")
+        claims.patch(  # another writer's change after the pass read the claim
+            body={"metadata": {"labels": {"touched": "yes"}}},
+            name=claim["metadata"]["name"],
+            namespace="default",
+            content_type="application/merge-patch+json",
+        )
+        monkeypatch.setattr(scheduler, "_clash", found)
+        return found(*args)
+
+    monkeypatch.setattr(scheduler, "_clash", written_meanwhile)
+    assert scheduler.reconcile_once(cluster) == 0
+    assert not pod(cluster, "first")["spec"].get("nodeName")
+    (claim,) = items(cluster, "resource.k8s.io/v1", "ResourceClaim")
+    assert not (claim.get("status") or {}).get("allocation")
+    assert scheduler.reconcile_once(cluster) == 1
+    assert pod(cluster, "first")["spec"]["nodeName"] == "node-a"
+
+
 def test_reservations_of_pods_that_are_gone_or_will_never_run_are_dropped(
     cluster: dynamic.DynamicClient,
 ) -> None:
