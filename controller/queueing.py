@@ -797,14 +797,16 @@ class QueuePass:
         within_guarantee: bool = True,
     ) -> tuple[str, list[Unit]] | None:
         """The node and units to evict so `pod` fits (borrowed units unless `units` are
-        given). With `within_guarantee` the pod must also keep its queue within its guarantee
-        (reclaim only gives a queue back what it was promised); either way its queue must be
-        able to take it, with the victims gone, under every limit."""
+        given, then the lenders' surplus: `BorrowedUnits.surplus`). With `within_guarantee`
+        the pod must also keep its queue within its guarantee (reclaim only gives a queue back
+        what it was promised); either way its queue must be able to take it, with the victims
+        gone, under every limit."""
         view = self.keeper.view
         claims = view.pod_claims(pod) or []
         missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
         if not missing:
             return None
+        surplus = units is None
         if units is None:
             units = self._borrowed(queue)
         if not units:
@@ -812,10 +814,14 @@ class QueuePass:
         spec = self.ledger.tree.queues[queue]
         used = self.ledger.used(queue)
         claim_keys = self._claim_keys
-        for running in (r for u in units for r in u.pods if r.key not in claim_keys):
-            claim_keys[running.key] = [
-                key_of(c) for c in view.pod_claims(view.pods[running.key]) or []
-            ]
+
+        def read_claims(units: Sequence[Unit]) -> None:
+            for running in (r for u in units for r in u.pods if r.key not in claim_keys):
+                claim_keys[running.key] = [
+                    key_of(c) for c in view.pod_claims(view.pods[running.key]) or []
+                ]
+
+        read_claims(units)
         shape = json.dumps([c.get("spec") for c in missing], sort_keys=True)
 
         def fits(node: str, freed: Sequence[Running]) -> bool:
@@ -850,8 +856,18 @@ class QueuePass:
 
         # Only nodes the pod may run on (its selectors and tolerations, and the node of a claim
         # it holds already), as for a gang's members: victims elsewhere free nothing it can use.
-        allowed = set(usable_nodes(view, pod, claims))
-        return choose_victims(units, lambda node, freed: node in allowed and fits(node, freed))
+        usable = set(usable_nodes(view, pod, claims))
+
+        def fits_usable(node: str, freed: Sequence[Running]) -> bool:
+            return node in usable and fits(node, freed)
+
+        chosen = choose_victims(units, fits_usable)
+        if chosen is None and surplus:
+            assert self._borrowed_units is not None  # `_borrowed` made it
+            spare, allowed = self._borrowed_units.surplus(queue, self.keeper.evicting)
+            read_claims(spare)
+            chosen = choose_victims(spare, fits_usable, allowed) if spare else None
+        return chosen
 
 
 @contextlib.contextmanager

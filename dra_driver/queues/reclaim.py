@@ -11,7 +11,17 @@ let the pod fit on a node (`fits`). Single candidates are tried first, cheapest 
 cluster (one pod before a gang, then lowest priority, then newest); when none alone will do,
 each node's candidates are accumulated, cheapest first, until the pod fits, and those it fits
 without are dropped again. The fewest victims win, then the lowest priority, then the newest.
-If nothing works, nobody is evicted.
+
+When no set of borrowed pods makes room, the guarantee is read as an amount rather than a list
+of pods (`BorrowedUnits.surplus`): any single pod of a lending queue that holds more than its
+guarantee may go, as long as every lending queue that victims are taken from still holds its
+guarantee once they are gone (`Allowed`). Borrowed pods are ranked by admission order, not by
+where their devices are: the newest may sit beside a protected pod on the same GPU (half of a
+GPU each), where evicting it frees nothing a whole-GPU pod can use, while the queue's surplus
+is the same whichever of its pods goes. Without this, a queue could end one GPU short of its
+guarantee for good, with that GPU lent as two unusable halves. The fallback takes single pods
+only (a gang still goes only when every member is borrowed). If nothing works, nobody is
+evicted.
 
 Idle units first: a unit is idle when every device of every pod in it is idle (the `Idle`
 condition the kubelet plugins write into the claims' status, read by the caller into
@@ -28,6 +38,7 @@ None: every unit is busy and the order is the one without idleness.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -95,6 +106,9 @@ class Unit:
 
 Fits = Callable[[str, Sequence[Running]], bool]
 """(node, pods freed) → whether the waiting pod would fit on that node then."""
+Allowed = Callable[[Sequence[Running]], bool]
+"""Pods freed → whether they may go together (the lenders' guarantees, `BorrowedUnits.
+surplus`)."""
 
 
 def lender(tree: QueueTree, queue: str, requester: str) -> str:
@@ -172,6 +186,48 @@ class BorrowedUnits:
         self._answers[requester] = units
         return list(units)
 
+    def surplus(self, requester: str, gone: Iterable[Key] = ()) -> tuple[list[Unit], Allowed]:
+        """The fallback candidates (see the module's docstring): every single pod of a lender
+        other than the requester's own queue that holds more than its guarantee, no larger than
+        that surplus, and the rule that a set of them keeps every lender at its guarantee."""
+        self._forget([key for key in gone if key not in self._gone and key in self._running])
+        groups = self._groups.get(requester)
+        if groups is None:
+            groups = self._groups[requester] = self._grouped(requester)
+            self._splits[requester] = {}
+        spare: dict[str, Amounts] = {}
+        lender_of: dict[Key, str] = {}
+        units: list[Unit] = []
+        for name, pods in groups.items():
+            guaranteed = self._tree.queues[name].guaranteed
+            if guaranteed.is_empty() or all(p.queue == requester for p in pods):
+                continue  # nothing protected there: the borrowed units held all of it
+            held = ZERO
+            for pod in pods:
+                held = held + pod.amounts
+            left = guaranteed.excess(held)
+            if left is None:
+                continue
+            spare[name] = left
+            for pod in pods:
+                if pod.gang is None and pod.queue != requester and pod.amounts.within(left):
+                    lender_of[pod.key] = name
+                    unit = self._singles.get(pod.key)
+                    if unit is None:
+                        unit = self._singles[pod.key] = Unit((pod,))
+                    units.append(unit)
+
+        def allowed(freed: Sequence[Running]) -> bool:
+            taken: dict[str, Amounts] = {}
+            for pod in freed:
+                name = lender_of.get(pod.key)
+                if name is None:
+                    return False
+                taken[name] = taken.get(name, ZERO) + pod.amounts
+            return all(amounts.within(spare[name]) for name, amounts in taken.items())
+
+        return units, allowed
+
     def _grouped(self, requester: str) -> dict[str, list[Running]]:
         groups: dict[str, list[Running]] = {}
         lenders: dict[str, str] = {}
@@ -247,15 +303,22 @@ def _single_rank(unit: Unit, node: str) -> tuple[object, ...]:
     return (unit.busy, len(unit.pods), unit.priority, _newest_first(unit.created), node)
 
 
-def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] | None:
+def choose_victims(
+    units: Sequence[Unit], fits: Fits, allowed: Allowed | None = None
+) -> tuple[str, list[Unit]] | None:
     """The node and the units to evict so the pod fits there: the fewest busy ones, then the
-    fewest (see the module's docstring).
+    fewest (see the module's docstring). With `allowed`, only sets it accepts are tried.
 
     Single units are tried first across the whole cluster in the order of their rank, so the
     first that fits is the best single choice and, when it is one pod, the answer: on a large
     cluster one trial usually settles it, instead of one per node."""
     singles = sorted(
-        ((unit, node) for unit in units for node in sorted(unit.nodes)),
+        (
+            (unit, node)
+            for unit in units
+            if allowed is None or allowed(unit.pods)
+            for node in sorted(unit.nodes)
+        ),
         key=lambda pair: _single_rank(pair[0], pair[1]),
     )
     best: tuple[tuple[object, ...], str, list[Unit]] | None = None
@@ -274,7 +337,11 @@ def choose_victims(units: Sequence[Unit], fits: Fits) -> tuple[str, list[Unit]] 
         if len(by_node[node]) < 2:
             continue
         ranked = sorted(by_node[node], key=cheapest_first)
-        chosen = _several(node, ranked, fits)
+        chosen = (
+            _several(node, ranked, fits)
+            if allowed is None
+            else _several_allowed(node, ranked, fits, allowed)
+        )
         if chosen is None:
             continue
         rank = _rank(node, chosen)
@@ -296,6 +363,35 @@ def _several(node: str, ranked: Sequence[Unit], fits: Fits) -> list[Unit] | None
         freed.extend(unit.pods)
         if len(chosen) > 1 and fits(node, freed):
             return _pruned(node, chosen, fits)
+    return None
+
+
+def _several_allowed(
+    node: str, ranked: Sequence[Unit], fits: Fits, allowed: Allowed
+) -> list[Unit] | None:
+    """`_several` where only some sets may go. Taking units cheapest first would stop at the
+    first one a lender's surplus cannot add (a lender half a GPU over may give one half, so
+    which half comes first decides what else can join), so: a node where even all of them
+    would not do is passed over at the cost of one trial, then every allowed pair is tried
+    cheapest first, then each unit in turn as the first one taken, passing over those that
+    would make the set not allowed."""
+    if not fits(node, [p for unit in ranked for p in unit.pods]):
+        return None
+    for first, second in itertools.combinations(ranked, 2):
+        pair = [*first.pods, *second.pods]
+        if allowed(pair) and fits(node, pair):
+            return _pruned(node, [first, second], fits)
+    for first in ranked:
+        chosen = [first]
+        freed = list(first.pods)
+        for unit in ranked:
+            if unit is first or not allowed([*freed, *unit.pods]):
+                continue
+            chosen.append(unit)
+            freed.extend(unit.pods)
+            if len(chosen) > 2 and fits(node, freed):
+                # Dropping a victim only leaves the lenders more: what is left is allowed.
+                return _pruned(node, chosen, fits)
     return None
 
 

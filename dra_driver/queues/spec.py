@@ -55,6 +55,10 @@ class Amounts:
     def is_zero(self) -> bool:
         return self.gpu <= _EPSILON and self.memory <= _EPSILON
 
+    def within(self, other: Amounts) -> bool:
+        """No resource more than `other`'s."""
+        return self.gpu <= other.gpu + _EPSILON and self.memory <= other.memory + _EPSILON
+
 
 ZERO: Final = Amounts()
 #: Sums of fractions (1/7 of a GPU, seven times) must compare equal to the whole.
@@ -90,6 +94,19 @@ class Bounds:
         if self.is_empty() or self.exceeded(amounts):
             return False
         return any(amounts.get(r) < bound - _EPSILON for r, bound in self.items())
+
+    def excess(self, amounts: Amounts) -> Amounts | None:
+        """What `amounts` holds beyond these bounds, per bounded resource (the others without
+        end), or None when it holds no more than some bound (or nothing is bounded)."""
+        if self.is_empty():
+            return None
+        spare = {}
+        for resource, bound in self.items():
+            left = amounts.get(resource) - bound
+            if left <= _EPSILON:
+                return None
+            spare[resource] = left
+        return Amounts(spare.get("gpu", math.inf), spare.get("memory", math.inf))
 
     def deficit(self, amounts: Amounts) -> Amounts:
         """What `amounts` lacks to reach these bounds (zero where reached or unbounded)."""

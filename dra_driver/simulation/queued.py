@@ -54,6 +54,7 @@ from dra_driver.queues import (
     choose_victims,
 )
 from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
+from dra_driver.queues.reclaim import BorrowedUnits
 from dra_driver.queues.spec import pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
 
@@ -424,8 +425,13 @@ class QueuedReplay:
         if len(unit) > 1:
             return self._reclaim_gang(now, unit, ledger)
         running = self.running_pods()
-        units = borrowed_units(ledger, running, job.queue)
-        chosen = choose_victims(units, self.fits(job, ledger)) if units else None
+        lenders = BorrowedUnits(ledger, running)
+        units = lenders.units(job.queue)
+        fits = self.fits(job, ledger)
+        chosen = choose_victims(units, fits) if units else None
+        if chosen is None and units:  # the lenders' surplus (see `BorrowedUnits.surplus`)
+            spare, allowed = lenders.surplus(job.queue)
+            chosen = choose_victims(spare, fits, allowed) if spare else None
         if chosen is None:
             job.reason = f"{job.reason}; no pod on borrowed capacity would make room"
             return False

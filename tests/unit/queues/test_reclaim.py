@@ -363,3 +363,74 @@ def test_the_units_kept_across_evictions_are_the_units_worked_out_afresh() -> No
             assert names(index.units(REQUESTER, gone=gone)) == names(
                 borrowed_units(ledger, left, REQUESTER)
             ), (seed, sorted(gone))
+
+
+class Halves:
+    """A toy cluster of GPUs shared by halves: the waiting pod needs one whole GPU, which a
+    GPU is once every pod on it is freed."""
+
+    def __init__(self, gpus: dict[str, Sequence[str]]) -> None:
+        self.gpus = gpus
+
+    def fits(self, node: str, freed: Sequence[Running]) -> bool:
+        gone = {p.key[1] for p in freed}
+        return any(set(pods) <= gone for pods in self.gpus.values())
+
+
+def half(name: str, queue: str, created: str) -> Running:
+    return pod(name, queue=queue, gpus=0.5, created=f"2025-01-0{created}T00:00:00Z")
+
+
+def lenders_half_a_gpu_over() -> tuple[Ledger, list[Running]]:
+    """Lenders a and b, each guaranteed one GPU and holding one and a half, in halves: each
+    one's newest half (borrowed) shares a GPU with its own oldest (protected)."""
+    ledger = book(q("a", guaranteed={"gpu": 1}), q("b", guaranteed={"gpu": 1}))
+    running = [
+        half("a-old", "a", "1"),
+        half("a-mid", "a", "2"),
+        half("a-new", "a", "3"),
+        half("b-old", "b", "1"),
+        half("b-mid", "b", "2"),
+        half("b-new", "b", "3"),
+    ]
+    return ledger, running
+
+
+def test_when_borrowed_pods_free_no_whole_gpu_the_lenders_surplus_may_go() -> None:
+    ledger, running = lenders_half_a_gpu_over()
+    cluster = Halves({"g1": ["a-old", "a-new"], "g2": ["a-mid", "b-mid"], "g3": ["b-old", "b-new"]})
+    lenders = BorrowedUnits(ledger, running)
+    borrowed = lenders.units(REQUESTER)
+    assert names(borrowed) == [["a-new"], ["b-new"]]
+    assert choose_victims(borrowed, cluster.fits) is None  # two halves of two GPUs
+    spare, allowed = lenders.surplus(REQUESTER)
+    # One half of each lender's may go: each still holds its guaranteed GPU afterwards.
+    assert chosen(choose_victims(spare, cluster.fits, allowed)) == ("n1", ["a-mid", "b-mid"])
+
+
+def test_the_surplus_never_takes_a_lender_below_its_guarantee() -> None:
+    ledger, running = lenders_half_a_gpu_over()
+    # Each GPU is one lender's own: freeing one takes that lender half a GPU below.
+    cluster = Halves({"g1": ["a-old", "a-new"], "g2": ["b-mid", "b-new"], "g3": ["a-mid"]})
+    running = [p for p in running if p.key[1] != "b-old"]  # b holds exactly its guarantee
+    lenders = BorrowedUnits(ledger, running)
+    spare, allowed = lenders.surplus(REQUESTER)
+    assert names(spare) == [["a-mid"], ["a-new"], ["a-old"]]  # b lends nothing
+    assert not allowed([running[0], running[2]])  # a-old and a-new: a would hold half a GPU
+    assert allowed([running[1]])
+    assert chosen(choose_victims(spare, cluster.fits, allowed)) == ("n1", ["a-mid"])
+    cluster.gpus.pop("g3")
+    assert choose_victims(spare, cluster.fits, allowed) is None
+
+
+def test_the_surplus_offers_no_pod_larger_than_it_and_no_gang() -> None:
+    ledger = book(q("a", guaranteed={"gpu": 1}))
+    running = [
+        pod("a-old", "a", gpus=1, created="2025-01-01T00:00:00Z"),
+        pod("a-big", "a", gpus=2, created="2025-01-02T00:00:00Z"),
+        pod("a-g0", "a", gpus=0.5, created="2025-01-03T00:00:00Z", gang="g"),
+        pod("a-g1", "a", gpus=0.5, created="2025-01-03T00:00:00Z", gang="g"),
+        pod("mine", REQUESTER),
+    ]
+    spare, _ = BorrowedUnits(ledger, running).surplus(REQUESTER)
+    assert names(spare) == [["a-big"], ["a-old"]]  # a holds three over its guarantee
