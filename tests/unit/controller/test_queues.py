@@ -426,6 +426,91 @@ async def test_across_organisations_a_team_inside_its_organisations_guarantee_ke
         daemon.stop_watches()
 
 
+def half_pod(cluster: Cluster, namespace: str, name: str, priority: int = 0) -> None:
+    """A gated pod with its own claim for a 3g.40gb MIG slice: half of an H100."""
+    request = {
+        "deviceClassName": "mig.dra-driver.dev",
+        "selectors": [
+            {"cel": {"expression": 'device.attributes["gpu.dra-driver.dev"].profile == "3g.40gb"'}}
+        ],
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+    }
+    cluster.objects.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "resourceclaims", claim
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+            "schedulingGates": [{"name": GATE}],
+            "priority": priority,
+        },
+    }
+    cluster.core.create_namespaced_pod(namespace, pod)
+
+
+async def test_when_borrowed_halves_free_no_whole_gpu_the_lenders_surplus_goes(
+    server: ApiServer, api: client.ApiClient
+) -> None:
+    """Queues a and b, each guaranteed half a GPU, hold a whole one each as MIG halves laid
+    out crosswise: gpu-0 holds a's protected half and b's borrowed one, gpu-1 the other two.
+    Queue c, owed a GPU, waits for a whole one: the borrowed halves alone would free half of
+    each GPU, so one half of each lender's on one GPU goes, and both still hold their half."""
+    cluster = make_cluster(server, api, "H100-SXM5-80GB:2")
+    cluster.core.create_namespace({"metadata": {"name": "qc"}})
+    for name, spaces, half in (("a", ["qa"], "0.5"), ("b", ["qb"], "0.5"), ("c", ["qc"], "1")):
+        queue(api, name, namespaces=spaces, guaranteed={"gpu": half})
+    daemon = await manual_controller(api, settle_s=0.0)
+    try:
+        # One at a time, so that they pack in this order; priority makes a1 and b1 protected.
+        for namespace, name, priority in (
+            ("qa", "a1", 1),
+            ("qb", "b2", 0),
+            ("qb", "b1", 1),
+            ("qa", "a2", 0),
+        ):
+            half_pod(cluster, namespace, name, priority)
+            await known(daemon, (namespace, name))
+            await passes(daemon)
+            assert not gated(cluster, namespace, name)
+        gpus = {
+            name: str(allocated_device(cluster, f"q{name[0]}", name)).split("-mig-")[0]
+            for name in ("a1", "b2", "b1", "a2")
+        }
+        assert gpus == {"a1": "gpu-0", "b2": "gpu-0", "b1": "gpu-1", "a2": "gpu-1"}
+
+        gpu_pod(cluster, "qc", "c1")
+        await known(daemon, ("qc", "c1"))
+        await passes(daemon)
+        for namespace, name in (("qa", "a2"), ("qb", "b1")):
+            await eventually(
+                lambda n=namespace, p=name: read_pod(cluster, n, p) is None, what=f"{name} evicted"
+            )
+            release_claims_of_gone_pods(cluster, namespace)
+        assert read_pod(cluster, "qa", "a1") is not None
+        assert read_pod(cluster, "qb", "b2") is not None
+        await eventually(
+            lambda: all(
+                daemon.view.claims[k].get("status", {}).get("reservedFor") is None
+                for k in (("qa", "a2"), ("qb", "b1"))
+            ),
+            what="the victims' claims released in the view",
+        )
+        await passes(daemon)
+        assert not gated(cluster, "qc", "c1")
+        assert allocated_device(cluster, "qc", "c1") == "gpu-1"
+    finally:
+        daemon.stop_watches()
+
+
 async def test_a_queue_below_its_guarantee_goes_first_and_limits_hold(
     server: ApiServer, api: client.ApiClient
 ) -> None:

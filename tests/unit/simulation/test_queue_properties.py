@@ -6,12 +6,14 @@ and random arrivals and departures of pods asking for one GPU, two GPUs or a MIG
 nodes with two H100s each, after every step of the replay:
 
 (a) no waiting pod of a queue short of its guarantee, with `reclaim: Borrowed`, could be placed
-    by evicting borrowed pods (the replay's own `choose_victims` and `fits` on that state);
+    by evicting borrowed pods, or the lenders' surplus where borrowed pods do not make room (the
+    replay's own `choose_victims` and `fits` on that state);
 (b) every pod evicted held borrowed capacity, judged at the level the requester sees: between
     two organisations the victim's organisation (a team past its own guarantee but inside its
     organisation's lends nothing to another organisation), between sibling teams the team. That
-    queue and its descendants held more than its guarantee, and their pods ranked before the
-    victim (priority, then age) already filled it;
+    queue and its descendants held more than its guarantee, and either their pods ranked before
+    the victim (priority, then age) already filled it, or, taken from the surplus, what that
+    queue held less every victim taken from it for the same pod still covers its guarantee;
 (c) the independent checker accepts every allocation held at that moment (no double booking);
 (d) no queue holds more than its limit.
 
@@ -38,9 +40,9 @@ from dra_driver.queues import (
     Ledger,
     QueueTree,
     Running,
-    borrowed_units,
     choose_victims,
 )
+from dra_driver.queues.reclaim import BorrowedUnits
 from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.queued import Eviction, QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPolicy
@@ -78,6 +80,10 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "mig-1g": {
         "deviceClassName": "mig",
         "selectors": [{"cel": {"expression": f'{PROFILE} == "1g.10gb"'}}],
+    },
+    "mig-half": {
+        "deviceClassName": "mig",
+        "selectors": [{"cel": {"expression": f'{PROFILE} == "3g.40gb"'}}],
     },
 }
 
@@ -194,8 +200,24 @@ def _under(tree: QueueTree, queue: str, ancestor: str) -> bool:
     return current == ancestor
 
 
-def _check_eviction(eviction: Eviction, running: Sequence[Running], ledger: Ledger) -> None:
-    """(b), counted independently of `borrowed_units`."""
+class EvictionCheck:
+    """(b), counted independently of `BorrowedUnits`. A replay's victims for one pod come one
+    after another over the same running pods: what each lender gave for that pod adds up."""
+
+    def __init__(self) -> None:
+        self.taken: dict[tuple[float, str, str], tuple[float, bool]] = {}
+        """(time, for whom, lender) -> (GPUs taken from it, whether any was protected)."""
+
+    def __call__(self, eviction: Eviction, running: Sequence[Running], ledger: Ledger) -> None:
+        _check_eviction(eviction, running, ledger, self.taken)
+
+
+def _check_eviction(
+    eviction: Eviction,
+    running: Sequence[Running],
+    ledger: Ledger,
+    taken: dict[tuple[float, str, str], tuple[float, bool]],
+) -> None:
     tree = ledger.tree
     lender = _lender(tree, eviction.queue, eviction.by_queue)
     spec = tree.queues[lender]
@@ -209,7 +231,13 @@ def _check_eviction(eviction: Eviction, running: Sequence[Running], ledger: Ledg
         for r in pods
         if (-r.priority, r.created, r.key) <= (-victim.priority, victim.created, victim.key)
     )
-    assert ahead > guarantee + 1e-9, f"{eviction}: within the guarantee of {lender}"
+    key = (eviction.time, eviction.by_pod, lender)
+    gone, protected = taken.get(key, (0.0, False))
+    gone += victim.amounts.gpu
+    protected = protected or ahead <= guarantee + 1e-9
+    taken[key] = (gone, protected)
+    if protected:  # the surplus: the lender keeps its guarantee
+        assert held - gone >= guarantee - 1e-9, f"{eviction}: takes {lender} below its guarantee"
     assert eviction.queue != eviction.by_queue
 
 
@@ -235,9 +263,14 @@ def _check_step(replay: QueuedReplay) -> None:
             or not ledger.short_of_guarantee(job.queue)
         ):
             continue
-        units = borrowed_units(ledger, running, job.queue)
-        found = choose_victims(units, replay.fits(job, ledger)) if units else None
+        lenders = BorrowedUnits(ledger, running)
+        units = lenders.units(job.queue)
+        fits = replay.fits(job, ledger)
+        found = choose_victims(units, fits) if units else None
         assert found is None, f"{job.key} of {job.queue} waits, yet evicting {found} makes room"
+        spare, allowed = lenders.surplus(job.queue)
+        found = choose_victims(spare, fits, allowed) if units and spare else None
+        assert found is None, f"{job.key} of {job.queue} waits, yet the surplus {found} makes room"
 
 
 def _queue(
@@ -270,10 +303,34 @@ def test_reclaim_across_organisations_spares_a_team_inside_its_organisations_gua
     ]
     plan = Plan(queues, ["ns-x1", "ns-y1", "elsewhere"], pods, PodPolicy.FIRST_FIT)
     replay = _replay(plan)
-    replay.on_evict = _check_eviction
+    replay.on_evict = EvictionCheck()
     for _ in replay.steps():
         _check_step(replay)
     assert [(e.queue, e.by_queue) for e in replay.evictions] == [("default", "y1")]
+
+
+def test_reclaim_takes_the_lenders_surplus_when_borrowed_halves_free_no_whole_gpu() -> None:
+    """The case the surplus exists for, pinned: queues a and b each hold one and a half GPUs
+    as MIG halves, half a GPU over their guarantee of one. They arrive two at a time, b b, a b,
+    a a, and first fit packs them two to a GPU in that order (n1/gpu-0, n1/gpu-1, n2/gpu-0), so
+    b's borrowed half (its newest) shares n1/gpu-1 with a's protected oldest, and a's borrowed
+    half shares n2/gpu-0 with a's own. Queue c, owed two GPUs, takes the one free GPU and then
+    waits for a whole one: the borrowed halves alone would free halves of two GPUs, so a's
+    oldest half goes with b's newest, and both lenders still hold their guarantee."""
+    queues = [_queue("a", gpus=1), _queue("b", gpus=1), _queue("c", gpus=2)]
+    halves = [(f"ns-{q}", "mig-half", i // 2, None, 0) for i, q in enumerate("bbabaa")]
+    owed = [("ns-c", "one-gpu", 3, None, 0)] * 2
+    plan = Plan(queues, ["ns-a", "ns-b", "ns-c"], [*halves, *owed], PodPolicy.FIRST_FIT)
+    replay = _replay(plan)
+    replay.on_evict = EvictionCheck()
+    for _ in replay.steps():
+        _check_step(replay)
+    assert sorted((e.pod, e.queue, e.by_queue) for e in replay.evictions) == [
+        ("ns-a/p2", "a", "c"),
+        ("ns-b/p3", "b", "c"),
+    ]
+    used = replay.ledger()
+    assert [used.used(q).gpu for q in ("a", "b", "c")] == [1.0, 1.0, 2.0]
 
 
 @settings(
@@ -286,7 +343,7 @@ def test_reclaim_across_organisations_spares_a_team_inside_its_organisations_gua
 @given(plan=plans())
 def _queued_replay_keeps_its_promises(plan: Plan, tally: list[int]) -> None:
     replay = _replay(plan)
-    replay.on_evict = _check_eviction
+    replay.on_evict = EvictionCheck()
     waited = False
     for _ in replay.steps():
         _check_step(replay)
