@@ -14,9 +14,10 @@ Reclaim: when a single pod of a queue short of its guarantee (and with `reclaim:
 cannot be placed, pods on borrowed capacity are chosen (`dra_driver.queues.reclaim`) by trying,
 node by node, whether freeing their claims lets the pod's claims be allocated there, through the
 allocator itself; when none would, pods of queues above their guarantee that keep it without
-them (`BorrowedUnits.surplus`: borrowed halves of GPUs may free no whole one). The chosen pods are evicted, and a *hold* keeps the devices they free for the
-pod that asked: until it is placed, or the hold time passes, every other decision sees those
-devices as taken. A victim's gang goes whole.
+them (`BorrowedUnits.surplus`: borrowed halves of GPUs may free no whole one). The chosen pods
+are evicted, and a *hold* keeps the devices they free for the pod that asked: until it is
+placed, or the hold time passes, every other decision sees those devices as taken. A victim's
+gang goes whole.
 
 A waiting gang is reclaimed for as a whole (`dra_driver.queues.gang_reclaim`, with the members
 placed on trial by `controller.gang_trial`): victims are chosen so that every member fits at

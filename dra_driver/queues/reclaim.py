@@ -201,7 +201,7 @@ class BorrowedUnits:
         for name, pods in groups.items():
             guaranteed = self._tree.queues[name].guaranteed
             if guaranteed.is_empty() or all(p.queue == requester for p in pods):
-                continue  # nothing protected there: the borrowed units held all of it
+                continue  # no guarantee: every pod is borrowed already; or the requester's
             held = ZERO
             for pod in pods:
                 held = held + pod.amounts

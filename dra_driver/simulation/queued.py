@@ -13,11 +13,11 @@ of the controller's.
 Reclaim: a waiting pod of a queue short of its guarantee, with `reclaim: Borrowed`, that fits no
 node (or that an ancestor's limit holds back) evicts pods on borrowed capacity, or, where
 those free nothing it can use, pods of queues that keep their guarantee without them
-(`choose_victims`, `BorrowedUnits.surplus`), asking the replay's allocator whether the pod fits a node once the
-candidates are released, and only when the pod then stays within its guarantee and every limit,
-as the controller does. The controller keeps the freed devices for the pod (a
-hold) until it is placed; a replay has no delay between the two, so the pod is placed on the
-chosen node at once.
+(`choose_victims`, `BorrowedUnits.surplus`), asking the replay's allocator whether the pod
+fits a node once the candidates are released, and only when the pod then stays within its
+guarantee and every limit, as the controller does. The controller keeps the freed devices for
+the pod (a hold) until it is placed; a replay has no delay between the two, so the pod is
+placed on the chosen node at once.
 
 Time: a pod's `departure` minus its `arrival` is how long it runs once placed (its run time), so
 a pod that waited leaves that much later. An evicted pod comes back at once as a new pod of the
