@@ -80,6 +80,18 @@ def gpu_pod(
 ) -> None:
     """A gated pod with its own claim for `gpus` whole GPUs."""
     request = {"deviceClassName": "gpu.dra-driver.dev", "count": gpus}
+    claimed_pod(cluster, namespace, name, request, labels, **spec)
+
+
+def claimed_pod(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    request: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> None:
+    """A gated pod with its own claim, of one request."""
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -434,27 +446,7 @@ def half_pod(cluster: Cluster, namespace: str, name: str, priority: int = 0) -> 
             {"cel": {"expression": 'device.attributes["gpu.dra-driver.dev"].profile == "3g.40gb"'}}
         ],
     }
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
-    }
-    cluster.objects.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "resourceclaims", claim
-    )
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "containers": [{"name": "main", "image": "busybox"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            "schedulingGates": [{"name": GATE}],
-            "priority": priority,
-        },
-    }
-    cluster.core.create_namespaced_pod(namespace, pod)
+    claimed_pod(cluster, namespace, name, request, priority=priority)
 
 
 async def test_when_borrowed_halves_free_no_whole_gpu_the_lenders_surplus_goes(
