@@ -68,7 +68,7 @@ from dra_driver.queues import (
     choose_victims,
 )
 from dra_driver.queues.gang_reclaim import GangVictims, choose_gang_victims
-from dra_driver.queues.reclaim import BorrowedUnits
+from dra_driver.queues.reclaim import Allowed, BorrowedUnits
 from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
@@ -686,10 +686,16 @@ class QueuePass:
             if v.idle_since is not None
         }
 
-    def _borrowed(self, queue: str) -> list[Unit]:
+    def _lenders(self) -> BorrowedUnits:
         if self._borrowed_units is None:  # once per pass: every pod's claims are read for it
             self._borrowed_units = BorrowedUnits(self.ledger, self.running())
-        return self._borrowed_units.units(queue, self.keeper.evicting)
+        return self._borrowed_units
+
+    def _borrowed(self, queue: str) -> list[Unit]:
+        return self._lenders().units(queue, self.keeper.evicting)
+
+    def _surplus(self, queue: str) -> tuple[list[Unit], Allowed]:
+        return self._lenders().surplus(queue, self.keeper.evicting)
 
     def _gang_failed(
         self,
@@ -865,8 +871,7 @@ class QueuePass:
 
         chosen = choose_victims(units, fits_usable)
         if chosen is None and surplus:
-            assert self._borrowed_units is not None  # `_borrowed` made it
-            spare, allowed = self._borrowed_units.surplus(queue, self.keeper.evicting)
+            spare, allowed = self._surplus(queue)
             read_claims(spare)
             chosen = choose_victims(spare, fits_usable, allowed) if spare else None
         return chosen

@@ -150,14 +150,11 @@ class BorrowedUnits:
     def units(self, requester: str, gone: Iterable[Key] = ()) -> list[Unit]:
         """The units of `borrowed_units`, without the pods in `gone` (being evicted). The list
         is kept until one of them goes, and a single pod's unit is made once."""
-        self._forget([key for key in gone if key not in self._gone and key in self._running])
+        self._forget_gone(gone)
         kept = self._answers.get(requester)
         if kept is not None:
             return list(kept)
-        groups = self._groups.get(requester)
-        if groups is None:
-            groups = self._groups[requester] = self._grouped(requester)
-            self._splits[requester] = {}
+        groups = self._lenders(requester)
         splits = self._splits[requester]
         protected: set[Key] = set()
         borrowed: list[Running] = []
@@ -171,10 +168,7 @@ class BorrowedUnits:
         units: list[Unit] = []
         for pod in borrowed:
             if pod.gang is None:
-                unit = self._singles.get(pod.key)
-                if unit is None:
-                    unit = self._singles[pod.key] = Unit((pod,))
-                units.append(unit)
+                units.append(self._single(pod))
             else:
                 gangs.setdefault(pod.gang, []).append(pod)
         for gang in gangs:
@@ -190,15 +184,11 @@ class BorrowedUnits:
         """The fallback candidates (see the module's docstring): every single pod of a lender
         other than the requester's own queue that holds more than its guarantee, no larger than
         that surplus, and the rule that a set of them keeps every lender at its guarantee."""
-        self._forget([key for key in gone if key not in self._gone and key in self._running])
-        groups = self._groups.get(requester)
-        if groups is None:
-            groups = self._groups[requester] = self._grouped(requester)
-            self._splits[requester] = {}
+        self._forget_gone(gone)
         spare: dict[str, Amounts] = {}
         lender_of: dict[Key, str] = {}
         units: list[Unit] = []
-        for name, pods in groups.items():
+        for name, pods in self._lenders(requester).items():
             guaranteed = self._tree.queues[name].guaranteed
             if guaranteed.is_empty() or all(p.queue == requester for p in pods):
                 continue  # no guarantee: every pod is borrowed already; or the requester's
@@ -212,10 +202,7 @@ class BorrowedUnits:
             for pod in pods:
                 if pod.gang is None and pod.queue != requester and pod.amounts.within(left):
                     lender_of[pod.key] = name
-                    unit = self._singles.get(pod.key)
-                    if unit is None:
-                        unit = self._singles[pod.key] = Unit((pod,))
-                    units.append(unit)
+                    units.append(self._single(pod))
 
         def allowed(freed: Sequence[Running]) -> bool:
             taken: dict[str, Amounts] = {}
@@ -227,6 +214,24 @@ class BorrowedUnits:
             return all(amounts.within(spare[name]) for name, amounts in taken.items())
 
         return units, allowed
+
+    def _forget_gone(self, gone: Iterable[Key]) -> None:
+        self._forget([key for key in gone if key not in self._gone and key in self._running])
+
+    def _lenders(self, requester: str) -> dict[str, list[Running]]:
+        """Lender → its pods that are left, ranked, as `requester` sees them (made once)."""
+        groups = self._groups.get(requester)
+        if groups is None:
+            groups = self._groups[requester] = self._grouped(requester)
+            self._splits[requester] = {}
+        return groups
+
+    def _single(self, pod: Running) -> Unit:
+        """A lone pod's unit, made once: a pass ranks every one for every waiting pod."""
+        unit = self._singles.get(pod.key)
+        if unit is None:
+            unit = self._singles[pod.key] = Unit((pod,))
+        return unit
 
     def _grouped(self, requester: str) -> dict[str, list[Running]]:
         groups: dict[str, list[Running]] = {}
