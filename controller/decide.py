@@ -12,6 +12,7 @@ must fit on their nodes together.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from controller.view import ClusterView, allocation_of
 from dra_driver.allocator import AllocationError, AllocationMode, InputError
 from dra_driver.allocator.result import allocation_node
 from dra_driver.noderesources import Shortfall
+from dra_driver.simulation.workload import PodShape
 
 
 @dataclass(slots=True)
@@ -49,6 +51,27 @@ class Unallocatable:
 
 
 Outcome = Decision | NotYet | Unallocatable
+
+
+@dataclass(slots=True)
+class NoRoom:
+    """What found no node in one pass: a pod like one of these finds none either until room
+    is freed. The placer's search is the same for every pod of a spec (its claims' names
+    aside) and the same claim specs, among the same nodes; decisions only take room, so its
+    failure holds until something gives room back, and the owner says so (`freed`). While a
+    queue reclaims, every pass decides again the hundreds of pods that wait, most of them
+    copies of a few specs: each failed a full search of every node.
+
+    Keyed by (JSON of the pod's spec without its claims and gates and of the specs of the
+    claims it needs, the nodes with room for its requests) → (the placer's reason, the pod's
+    shape)."""
+
+    failed: dict[tuple[str, tuple[str, ...]], tuple[str | None, PodShape]] = field(
+        default_factory=dict
+    )
+
+    def freed(self) -> None:
+        self.failed.clear()
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
@@ -129,8 +152,10 @@ def _with_reason(reason: str | None, lacking: Mapping[str, Sequence[Shortfall]])
     return f"{reason}; left out for lack of room: {_lacking_text(lacking)}"
 
 
-def decide(view: ClusterView, pods: Sequence[Obj]) -> Outcome:
-    """Allocate every unallocated claim of `pods` (one pod, or a gang's gated members)."""
+def decide(view: ClusterView, pods: Sequence[Obj], nowhere: NoRoom | None = None) -> Outcome:
+    """Allocate every unallocated claim of `pods` (one pod, or a gang's gated members).
+    `nowhere`: the pass's searches that found nothing (a lone pod only), to skip a search
+    bound to fail and to remember one that did."""
     taken: set[Key] = set()
     states: list[_PodState] = []
     for pod in pods:
@@ -145,7 +170,7 @@ def decide(view: ClusterView, pods: Sequence[Obj]) -> Outcome:
     try:
         if len(states) > 1 and _together(view, states, decision):
             return decision
-        return _one_by_one(view, states, decision)
+        return _one_by_one(view, states, decision, nowhere if len(states) == 1 else None)
     except (AllocationError, InputError) as err:
         _release(view, decision)
         return Unallocatable(str(err))
@@ -172,7 +197,12 @@ def _together(view: ClusterView, states: Sequence[_PodState], decision: Decision
     return True
 
 
-def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decision) -> Outcome:
+def _one_by_one(
+    view: ClusterView,
+    states: Sequence[_PodState],
+    decision: Decision,
+    nowhere: NoRoom | None = None,
+) -> Outcome:
     used: set[str] = set()
     for state in states:
         if not state.missing:
@@ -187,7 +217,7 @@ def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decisi
             if not nodes:
                 _release(view, decision)
                 return Unallocatable(f"{prefix}{no_room(lacking)}")
-        node, allocations, reason = _place(view, state, nodes, used)
+        node, allocations, reason = _place(view, state, nodes, used, nowhere)
         if allocations is None or node is None:
             _release(view, decision)
             return Unallocatable(f"{prefix}{_with_reason(reason, lacking)}")
@@ -198,7 +228,11 @@ def _one_by_one(view: ClusterView, states: Sequence[_PodState], decision: Decisi
 
 
 def _place(
-    view: ClusterView, state: _PodState, nodes: Sequence[str], used: set[str]
+    view: ClusterView,
+    state: _PodState,
+    nodes: Sequence[str],
+    used: set[str],
+    nowhere: NoRoom | None = None,
 ) -> tuple[str | None, list[Obj] | None, str | None]:
     """The pod's node and allocations. Scored mode asks the shared pod placer, which `simulate`
     runs too, unless the pod is pinned to a node already (its ranking would weigh the pod's own
@@ -207,13 +241,33 @@ def _place(
     the pod takes it rather than waits)."""
     placer = view.placer()
     if view.mode is AllocationMode.SCORED and state.pinned is None:
+        trial = None
+        if nowhere is not None and not placer.explain_failures:
+            trial = (_fit_key(state), tuple(nodes))
+            seen = nowhere.failed.get(trial)
+            if seen is not None:
+                view.count_unsearched(state.pod, state.missing, seen[1])
+                return None, None, seen[0]
         found = view.place_pod(state.pod, state.missing, nodes)
         if found.node is not None and found.allocations is not None:
             return found.node, list(found.allocations), None
+        if nowhere is not None and trial is not None:
+            nowhere.failed[trial] = (found.reason, found.shape)
         if not placer.explain_failures:
             return None, None, found.reason
     placement = placer.place(state.missing, nodes=nodes, prefer=used)
     return placement.node, placement.allocations, placement.reason
+
+
+def _fit_key(state: _PodState) -> str:
+    """What decides where the pod fits, in JSON: its spec without the names of its claims and
+    its gates, and the specs of the claims it still needs."""
+    spec = {
+        k: v
+        for k, v in (state.pod.get("spec") or {}).items()
+        if k not in ("resourceClaims", "schedulingGates")
+    }
+    return json.dumps([spec, [c.get("spec") for c in state.missing]], sort_keys=True)
 
 
 def _adopt(

@@ -45,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from controller.decide import Decision, Outcome, Unallocatable, decide
+from controller.decide import Decision, NoRoom, Outcome, Unallocatable, decide
 from controller.gang_trial import ViewGangTrial, usable_nodes
 from controller.gangs import GangError, gang_of
 from controller.informer import Key, Obj, key_of
@@ -414,6 +414,8 @@ class QueuePass:
     them, though it leaves the usage as it was.)"""
     _changes: int = 0
     """Counts what changed the allocator's usage in this pass: decisions, holds released."""
+    _nowhere: NoRoom = field(default_factory=NoRoom)
+    """Searches of this pass that found no node, until room is given back (`decide`)."""
 
     @classmethod
     def start(
@@ -455,6 +457,7 @@ class QueuePass:
         for allocation, node in self._applied.pop(pod, []):
             placer.release(allocation, node)
             self._changes += 1
+            self._nowhere.freed()
 
     def finish(self) -> None:
         for pod in list(self._applied):
@@ -480,7 +483,7 @@ class QueuePass:
         pod that failed the same way within `EXPLAIN_EVERY_S` keeps its last explanation."""
         view = self.keeper.view
         with unexplained(view):
-            outcome = decide(view, pods)
+            outcome = decide(view, pods, self._nowhere)
         if isinstance(outcome, Decision):
             self._changes += 1
         if not isinstance(outcome, Unallocatable):

@@ -43,6 +43,7 @@ from dra_driver.noderesources import (
 )
 from dra_driver.pod_claims import claim_names, known_claim_names
 from dra_driver.simulation.replay import PodPlacement
+from dra_driver.simulation.workload import PodShape
 
 log = structlog.get_logger(__name__)
 
@@ -195,6 +196,14 @@ class ClusterView:
         placement = self.pod_placer().place(pod, claims, nodes, retry=key in self.profile.counted)
         self.profile.count(key, pod, claims, placement.shape.key)
         return placement
+
+    def count_unsearched(self, pod: Obj, claims: Sequence[Obj], shape: PodShape) -> None:
+        """Count `pod` as `place_pod` would have, where its search was skipped for being bound
+        to fail (`decide.NoRoom`): the learned workload must not miss the pods that wait."""
+        key = key_of(pod)
+        if key not in self.profile.counted:
+            self.pod_placer().workload.observe(shape)
+        self.profile.count(key, pod, claims, shape.key)
 
     @property
     def snapshot(self) -> ClusterSnapshot:

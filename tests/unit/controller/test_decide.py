@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.decide import Decision, NotYet, Unallocatable, decide
+from controller.decide import Decision, NoRoom, NotYet, Unallocatable, decide
 from controller.informer import key_of
 from controller.view import ClusterView
 from dra_driver.allocator import AllocationMode
@@ -370,3 +370,42 @@ async def test_the_pod_placer_is_made_afresh_past_its_limit_of_gpu_states(
         placers.append(view.pod_placer())
     assert len({id(p) for p in placers}) > 1
     assert len(set(taken)) == 4  # no device twice across the fresh placers
+
+
+async def test_pods_like_one_that_found_no_room_skip_the_search_until_room_is_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    view = cluster(ONE_NODE)
+    for name in ("one", "two", "w1", "w2", "w3", "pair"):
+        put(view, "resourceclaims", claim(name, count=2 if name == "pair" else 1))
+    assert isinstance(decide(view, [pod("p1", ["one"])]), Decision)
+    assert isinstance(decide(view, [pod("p2", ["two"])]), Decision)
+    searches: list[str] = []
+    place_pod = view.place_pod
+
+    def counted(body: dict[str, Any], *args: Any) -> Any:
+        searches.append(body["metadata"]["name"])
+        return place_pod(body, *args)
+
+    monkeypatch.setattr(view, "place_pod", counted)
+    # As a pass decides: failures unexplained (an explained one is searched for its reasons).
+    monkeypatch.setattr(view.placer(), "explain_failures", False)
+    nowhere = NoRoom()
+    first = decide(view, [pod("w1", ["w1"])], nowhere)
+    seen = view.pod_placer().workload.seen
+    second = decide(view, [pod("w2", ["w2"])], nowhere)
+    assert isinstance(first, Unallocatable) and isinstance(second, Unallocatable)
+    assert second.reason == first.reason
+    assert searches == ["w1"]  # the second pod is like the first: no second search
+    # Yet it counts in the placer's workload and the learned profile, as a searched one does.
+    assert view.pod_placer().workload.seen == seen + 1
+    assert ("default", "w2") in view.profile.counted
+    # Another spec (two GPUs) is searched for: it is not known to fit nowhere.
+    assert isinstance(decide(view, [pod("w4", ["pair"])], nowhere), Unallocatable)
+    assert searches == ["w1", "w4"]
+    # Room given back: the owner says so, and the next pod like them is searched and placed.
+    view.forget(("default", "one"))
+    nowhere.freed()
+    placed = decide(view, [pod("w3", ["w3"])], nowhere)
+    assert isinstance(placed, Decision)
+    assert searches == ["w1", "w4", "w3"]
