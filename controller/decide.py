@@ -13,7 +13,7 @@ must fit on their nodes together.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,24 +54,48 @@ Outcome = Decision | NotYet | Unallocatable
 
 
 @dataclass(slots=True)
+class _Failure:
+    reason: str | None
+    shape: PodShape
+    freed_before: int
+    """How many entries `NoRoom.freed_on` had when the search failed."""
+
+
+@dataclass(slots=True)
 class NoRoom:
-    """What found no node in one pass: a pod like one of these finds none either until room
-    is freed. The placer's search is the same for every pod of a spec (its claims' names
-    aside) and the same claim specs, among the same nodes; decisions only take room, so its
-    failure holds until something gives room back, and the owner says so (`freed`). While a
-    queue reclaims, every pass decides again the hundreds of pods that wait, most of them
-    copies of a few specs: each failed a full search of every node.
+    """What found no node in one pass: a pod like one of these finds none either, except on
+    a node where room was given back since. The placer's search is the same for every pod of
+    a spec (its claims' names aside) and the same claim specs, among the same nodes, and
+    decisions only take room: its failure holds on every node but those the owner says were
+    freed (`freed`), and there a search of those nodes alone finds what a search of all would
+    (the placer ranks each node on its own, and the others still have no room). While a queue
+    reclaims, every pass decides again the hundreds of pods that wait, most of them copies of
+    a few specs, and each pod placed on a released hold freed room on one node: a full search
+    of every node per waiting pod, otherwise.
 
     Keyed by (JSON of the pod's spec without its claims and gates and of the specs of the
-    claims it needs, the nodes with room for its requests) → (the placer's reason, the pod's
-    shape)."""
+    claims it needs, the nodes with room for its requests)."""
 
-    failed: dict[tuple[str, tuple[str, ...]], tuple[str | None, PodShape]] = field(
-        default_factory=dict
-    )
+    failed: dict[tuple[str, tuple[str, ...]], _Failure] = field(default_factory=dict)
+    freed_on: list[str] = field(default_factory=list)
+    """Nodes where room was given back during the pass, in order."""
 
-    def freed(self) -> None:
-        self.failed.clear()
+    def freed(self, nodes: Iterable[str]) -> None:
+        """Room was given back on `nodes` ("*": devices of no one node, anywhere)."""
+        for node in nodes:
+            if node == "*":
+                self.failed.clear()
+            self.freed_on.append(node)
+
+    def where(self, failure: _Failure, nodes: Sequence[str]) -> list[str]:
+        """The nodes of `nodes` where room was given back since `failure`."""
+        since = set(self.freed_on[failure.freed_before :])
+        return [n for n in nodes if n in since]
+
+    def remember(
+        self, trial: tuple[str, tuple[str, ...]], reason: str | None, shape: PodShape
+    ) -> None:
+        self.failed[trial] = _Failure(reason, shape, len(self.freed_on))
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
@@ -241,20 +265,23 @@ def _place(
     the pod takes it rather than waits)."""
     placer = view.placer()
     if view.mode is AllocationMode.SCORED and state.pinned is None:
-        trial = None
+        trial, known, among = None, None, nodes
         if nowhere is not None and not placer.explain_failures:
             trial = (_fit_key(state), tuple(nodes))
-            seen = nowhere.failed.get(trial)
-            if seen is not None:
-                view.count_unsearched(state.pod, state.missing, seen[1])
-                return None, None, seen[0]
-        found = view.place_pod(state.pod, state.missing, nodes)
+            known = nowhere.failed.get(trial)
+            if known is not None:
+                among = nowhere.where(known, nodes)
+                if not among:
+                    view.count_unsearched(state.pod, state.missing, known.shape)
+                    return None, None, known.reason
+        found = view.place_pod(state.pod, state.missing, among)
         if found.node is not None and found.allocations is not None:
             return found.node, list(found.allocations), None
+        reason = found.reason if known is None else known.reason
         if nowhere is not None and trial is not None:
-            nowhere.failed[trial] = (found.reason, found.shape)
+            nowhere.remember(trial, reason, found.shape)
         if not placer.explain_failures:
-            return None, None, found.reason
+            return None, None, reason
     placement = placer.place(state.missing, nodes=nodes, prefer=used)
     return placement.node, placement.allocations, placement.reason
 

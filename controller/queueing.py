@@ -415,7 +415,7 @@ class QueuePass:
     _changes: int = 0
     """Counts what changed the allocator's usage in this pass: decisions, holds released."""
     _nowhere: NoRoom = field(default_factory=NoRoom)
-    """Searches of this pass that found no node, until room is given back (`decide`)."""
+    """Searches of this pass that found no node, and where room was given back since."""
 
     @classmethod
     def start(
@@ -457,7 +457,7 @@ class QueuePass:
         for allocation, node in self._applied.pop(pod, []):
             placer.release(allocation, node)
             self._changes += 1
-            self._nowhere.freed()
+            self._nowhere.freed([node])
 
     def finish(self) -> None:
         for pod in list(self._applied):

@@ -372,20 +372,24 @@ async def test_the_pod_placer_is_made_afresh_past_its_limit_of_gpu_states(
     assert len(set(taken)) == 4  # no device twice across the fresh placers
 
 
-async def test_pods_like_one_that_found_no_room_skip_the_search_until_room_is_freed(
+async def test_pods_like_one_that_found_no_room_search_only_where_room_was_freed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    view = cluster(ONE_NODE)
-    for name in ("one", "two", "w1", "w2", "w3", "pair"):
+    view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
+    names = ["one", "two", "three", "four", "w1", "w2", "w3", "w4", "w5", "w6", "pair"]
+    for name in names:
         put(view, "resourceclaims", claim(name, count=2 if name == "pair" else 1))
-    assert isinstance(decide(view, [pod("p1", ["one"])]), Decision)
-    assert isinstance(decide(view, [pod("p2", ["two"])]), Decision)
-    searches: list[str] = []
+    placed = {}
+    for name in ("one", "two", "three", "four"):
+        made = decide(view, [pod(f"p-{name}", [name])])
+        assert isinstance(made, Decision)
+        placed[name] = allocation_node(made.allocations[("default", name)])
+    searches: list[tuple[str, list[str]]] = []
     place_pod = view.place_pod
 
-    def counted(body: dict[str, Any], *args: Any) -> Any:
-        searches.append(body["metadata"]["name"])
-        return place_pod(body, *args)
+    def counted(body: dict[str, Any], claims: Any, nodes: Any) -> Any:
+        searches.append((body["metadata"]["name"], sorted(nodes)))
+        return place_pod(body, claims, nodes)
 
     monkeypatch.setattr(view, "place_pod", counted)
     # As a pass decides: failures unexplained (an explained one is searched for its reasons).
@@ -396,16 +400,58 @@ async def test_pods_like_one_that_found_no_room_skip_the_search_until_room_is_fr
     second = decide(view, [pod("w2", ["w2"])], nowhere)
     assert isinstance(first, Unallocatable) and isinstance(second, Unallocatable)
     assert second.reason == first.reason
-    assert searches == ["w1"]  # the second pod is like the first: no second search
+    both = ["node-a", "node-b"]
+    assert searches == [("w1", both)]  # the second pod is like the first: no second search
     # Yet it counts in the placer's workload and the learned profile, as a searched one does.
     assert view.pod_placer().workload.seen == seen + 1
     assert ("default", "w2") in view.profile.counted
     # Another spec (two GPUs) is searched for: it is not known to fit nowhere.
     assert isinstance(decide(view, [pod("w4", ["pair"])], nowhere), Unallocatable)
-    assert searches == ["w1", "w4"]
-    # Room given back: the owner says so, and the next pod like them is searched and placed.
-    view.forget(("default", "one"))
-    nowhere.freed()
-    placed = decide(view, [pod("w3", ["w3"])], nowhere)
-    assert isinstance(placed, Decision)
-    assert searches == ["w1", "w4", "w3"]
+    assert searches[-1] == ("w4", both)
+    # Room given back on one node: the next pod like them is searched for there alone, and
+    # placed there.
+    freed = next(name for name in placed if placed[name] == "node-b")
+    view.forget(("default", freed))
+    nowhere.freed(["node-b"])
+    there = decide(view, [pod("w3", ["w3"])], nowhere)
+    assert isinstance(there, Decision)
+    assert nodes_of(there) == {"w3": "node-b"}
+    assert searches[-1] == ("w3", ["node-b"])
+    # Said to be freed where nothing was: one search of the nodes freed since the failure
+    # (node-b's room went to w3 meanwhile), then none again.
+    nowhere.freed(["node-a"])
+    assert isinstance(decide(view, [pod("w5", ["w5"])], nowhere), Unallocatable)
+    assert searches[-1] == ("w5", both)
+    again = decide(view, [pod("w6", ["w6"])], nowhere)
+    assert isinstance(again, Unallocatable) and again.reason == first.reason
+    assert searches[-1] == ("w5", both)
+
+
+async def test_a_search_of_the_freed_nodes_alone_finds_what_a_search_of_all_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    view = cluster(
+        {"node-a": "H100-SXM5-80GB:4", "node-b": "H100-SXM5-80GB:2", "node-c": "H100-SXM5-80GB:4"}
+    )
+    monkeypatch.setattr(view.placer(), "explain_failures", False)
+    on: dict[str, list[str]] = {}
+    for index in range(10):
+        name = f"c{index}"
+        put(view, "resourceclaims", claim(name))
+        made = decide(view, [pod(f"p{index}", [name])])
+        assert isinstance(made, Decision)
+        on.setdefault(str(allocation_node(made.allocations[("default", name)])), []).append(name)
+    for name in ("w", "x"):
+        put(view, "resourceclaims", claim(name))
+    nowhere = NoRoom()
+    assert isinstance(decide(view, [pod("w", ["w"])], nowhere), Unallocatable)
+    # Two GPUs come free on node-a and one on node-c: nodes left as differently full.
+    for name in [*on["node-a"][:2], on["node-c"][0]]:
+        view.forget(("default", name))
+    nowhere.freed(["node-a", "node-a", "node-c"])
+    narrow = decide(view, [pod("x", ["x"])], nowhere)
+    assert isinstance(narrow, Decision)
+    view.forget(("default", "x"))
+    full = decide(view, [pod("x", ["x"])])
+    assert isinstance(full, Decision)
+    assert narrow.allocations == full.allocations
