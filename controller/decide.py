@@ -266,7 +266,7 @@ def _place(
     placer = view.placer()
     if view.mode is AllocationMode.SCORED and state.pinned is None:
         trial, known, among = None, None, nodes
-        if nowhere is not None and not placer.explain_failures:
+        if nowhere is not None and not placer.explain_failures and nowhere.failed:
             trial = (_fit_key(state), tuple(nodes))
             known = nowhere.failed.get(trial)
             if known is not None:
@@ -278,7 +278,10 @@ def _place(
         if found.node is not None and found.allocations is not None:
             return found.node, list(found.allocations), None
         reason = found.reason if known is None else known.reason
-        if nowhere is not None and trial is not None:
+        if nowhere is not None and not placer.explain_failures:
+            # Worked out only now when nothing had failed yet: a pass that places every pod
+            # writes none of them out.
+            trial = trial or (_fit_key(state), tuple(nodes))
             nowhere.remember(trial, reason, found.shape)
         if not placer.explain_failures:
             return None, None, reason
