@@ -265,12 +265,13 @@ def _place(
     the pod takes it rather than waits)."""
     placer = view.placer()
     if view.mode is AllocationMode.SCORED and state.pinned is None:
+        memo = None if placer.explain_failures else nowhere  # explained: searched for reasons
         trial, known, among = None, None, nodes
-        if nowhere is not None and not placer.explain_failures and nowhere.failed:
+        if memo is not None and memo.failed:
             trial = (_fit_key(state), tuple(nodes))
-            known = nowhere.failed.get(trial)
+            known = memo.failed.get(trial)
             if known is not None:
-                among = nowhere.where(known, nodes)
+                among = memo.where(known, nodes)
                 if not among:
                     view.count_unsearched(state.pod, state.missing, known.shape)
                     return None, None, known.reason
@@ -278,11 +279,10 @@ def _place(
         if found.node is not None and found.allocations is not None:
             return found.node, list(found.allocations), None
         reason = found.reason if known is None else known.reason
-        if nowhere is not None and not placer.explain_failures:
+        if memo is not None:
             # Worked out only now when nothing had failed yet: a pass that places every pod
             # writes none of them out.
-            trial = trial or (_fit_key(state), tuple(nodes))
-            nowhere.remember(trial, reason, found.shape)
+            memo.remember(trial or (_fit_key(state), tuple(nodes)), reason, found.shape)
         if not placer.explain_failures:
             return None, None, reason
     placement = placer.place(state.missing, nodes=nodes, prefer=used)

@@ -68,7 +68,7 @@ from dra_driver.queues import (
     choose_victims,
 )
 from dra_driver.queues.gang_reclaim import GangVictims, choose_gang_victims
-from dra_driver.queues.reclaim import Allowed, BorrowedUnits
+from dra_driver.queues.reclaim import BorrowedUnits, choose_reclaim
 from dra_driver.queues.spec import format_gpu, pod_priority
 
 log = structlog.get_logger(__name__)
@@ -697,9 +697,6 @@ class QueuePass:
     def _borrowed(self, queue: str) -> list[Unit]:
         return self._lenders().units(queue, self.keeper.evicting)
 
-    def _surplus(self, queue: str) -> tuple[list[Unit], Allowed]:
-        return self._lenders().surplus(queue, self.keeper.evicting)
-
     def _gang_failed(
         self,
         pods: Sequence[Obj],
@@ -807,32 +804,29 @@ class QueuePass:
         units: Sequence[Unit] | None = None,
         within_guarantee: bool = True,
     ) -> tuple[str, list[Unit]] | None:
-        """The node and units to evict so `pod` fits (borrowed units unless `units` are
-        given, then the lenders' surplus: `BorrowedUnits.surplus`). With `within_guarantee`
-        the pod must also keep its queue within its guarantee (reclaim only gives a queue back
-        what it was promised); either way its queue must be able to take it, with the victims
-        gone, under every limit."""
+        """The node and units to evict so `pod` fits: `units` when given, else borrowed
+        units and then the lenders' surplus (`choose_reclaim`). With `within_guarantee` the pod
+        must also keep its queue within its guarantee (reclaim only gives a queue back what it
+        was promised); either way its queue must be able to take it, with the victims gone,
+        under every limit."""
         view = self.keeper.view
         claims = view.pod_claims(pod) or []
         missing = [c for c in claims if allocation_of(c) is None and key_of(c) not in view.assumed]
         if not missing:
             return None
-        surplus = units is None
-        if units is None:
-            units = self._borrowed(queue)
-        if not units:
-            return None
+        if not (self._borrowed(queue) if units is None else units):
+            return None  # nobody to choose from
         spec = self.ledger.tree.queues[queue]
         used = self.ledger.used(queue)
         claim_keys = self._claim_keys
 
-        def read_claims(units: Sequence[Unit]) -> None:
-            for running in (r for u in units for r in u.pods if r.key not in claim_keys):
-                claim_keys[running.key] = [
-                    key_of(c) for c in view.pod_claims(view.pods[running.key]) or []
-                ]
+        def claims_of(running: Running) -> list[Key]:
+            keys = claim_keys.get(running.key)
+            if keys is None:
+                body = view.pods[running.key]
+                keys = claim_keys[running.key] = [key_of(c) for c in view.pod_claims(body) or []]
+            return keys
 
-        read_claims(units)
         shape = json.dumps([c.get("spec") for c in missing], sort_keys=True)
 
         def fits(node: str, freed: Sequence[Running]) -> bool:
@@ -841,7 +835,7 @@ class QueuePass:
             trial = (shape, node, tuple(sorted(r.key for r in freed)))
             if self._no_room.get(trial) == self._changes:
                 return False  # claims like these did not fit there with these gone, as it is
-            with view.without(k for r in freed for k in claim_keys[r.key]), unexplained(view):
+            with view.without(k for r in freed for k in claims_of(r)), unexplained(view):
                 placer = view.placer()
                 placement = placer.place(missing, nodes=[node])
                 if placement.allocations is None:
@@ -872,12 +866,9 @@ class QueuePass:
         def fits_usable(node: str, freed: Sequence[Running]) -> bool:
             return node in usable and fits(node, freed)
 
-        chosen = choose_victims(units, fits_usable)
-        if chosen is None and surplus:
-            spare, allowed = self._surplus(queue)
-            read_claims(spare)
-            chosen = choose_victims(spare, fits_usable, allowed) if spare else None
-        return chosen
+        if units is None:
+            return choose_reclaim(self._lenders(), queue, fits_usable, self.keeper.evicting)
+        return choose_victims(units, fits_usable)
 
 
 @contextlib.contextmanager

@@ -355,6 +355,22 @@ def choose_victims(
     return None if best is None else (best[1], best[2])
 
 
+def choose_reclaim(
+    lenders: BorrowedUnits, requester: str, fits: Fits, gone: Iterable[Key] = ()
+) -> tuple[str, list[Unit]] | None:
+    """`choose_victims` among the borrowed units, then, when none make room, among the
+    lenders' surplus (see the module's docstring); nobody when nothing is borrowed. The
+    controller and `simulate` both reclaim through this, so they agree."""
+    units = lenders.units(requester, gone)
+    if not units:
+        return None
+    chosen = choose_victims(units, fits)
+    if chosen is None:
+        spare, allowed = lenders.surplus(requester, gone)
+        chosen = choose_victims(spare, fits, allowed) if spare else None
+    return chosen
+
+
 def idle_any(units: Sequence[Unit]) -> bool:
     return any(u.idle for u in units)
 

@@ -13,7 +13,7 @@ of the controller's.
 Reclaim: a waiting pod of a queue short of its guarantee, with `reclaim: Borrowed`, that fits no
 node (or that an ancestor's limit holds back) evicts pods on borrowed capacity, or, where
 those free nothing it can use, pods of queues that keep their guarantee without them
-(`choose_victims`, `BorrowedUnits.surplus`), asking the replay's allocator whether the pod
+(`choose_reclaim`, `BorrowedUnits.surplus`), asking the replay's allocator whether the pod
 fits a node once the candidates are released, and only when the pod then stays within its
 guarantee and every limit, as the controller does. The controller keeps the freed devices for
 the pod (a hold) until it is placed; a replay has no delay between the two, so the pod is
@@ -52,10 +52,9 @@ from dra_driver.queues import (
     allocation_amounts,
     borrowed_units,
     capacity,
-    choose_victims,
 )
 from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
-from dra_driver.queues.reclaim import BorrowedUnits
+from dra_driver.queues.reclaim import BorrowedUnits, choose_reclaim
 from dra_driver.queues.spec import pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
 
@@ -426,13 +425,7 @@ class QueuedReplay:
         if len(unit) > 1:
             return self._reclaim_gang(now, unit, ledger)
         running = self.running_pods()
-        lenders = BorrowedUnits(ledger, running)
-        units = lenders.units(job.queue)
-        fits = self.fits(job, ledger)
-        chosen = choose_victims(units, fits) if units else None
-        if chosen is None and units:  # the lenders' surplus (see `BorrowedUnits.surplus`)
-            spare, allowed = lenders.surplus(job.queue)
-            chosen = choose_victims(spare, fits, allowed) if spare else None
+        chosen = choose_reclaim(BorrowedUnits(ledger, running), job.queue, self.fits(job, ledger))
         if chosen is None:
             job.reason = f"{job.reason}; no pod on borrowed capacity would make room"
             return False
