@@ -246,6 +246,9 @@ class FragmentationIndex:
         self.workload = workload
         self.rooms = Rooms(snapshot)
         self.names = tuple(resource_names)
+        self.max_shapes: int | None = MAX_SHAPES
+        """The most shapes kept (None: every shape up to `COVERAGE`); set before the first
+        score, since kept shapes are chosen when the workload's distribution is read."""
         self._candidates = CandidateIndex(snapshot)
         self._matches: dict[
             tuple[str, tuple[object, ...]], tuple[tuple[tuple[int, float], ...], ...]
@@ -421,8 +424,8 @@ class FragmentationIndex:
     def weighted(
         self, distribution: Sequence[tuple[PodShape, float]]
     ) -> list[tuple[PodShape, float]]:
-        """The most common shapes that make up `COVERAGE` of the pods (at most `MAX_SHAPES`),
-        renormalised.
+        """The most common shapes that make up `COVERAGE` of the pods (at most `max_shapes`,
+        `MAX_SHAPES` unless set; None: no cap, as FGD's experiments keep them), renormalised.
 
         Pods that ask for no device count, as in FGD's experiments (13 % of the openb traces'
         pods): their term is the same on every node, so they do not steer, but they shift and
@@ -433,7 +436,7 @@ class FragmentationIndex:
         kept: list[tuple[PodShape, float]] = []
         mass = 0.0
         for shape, p in ranked:
-            if mass >= COVERAGE or len(kept) >= MAX_SHAPES:
+            if mass >= COVERAGE or (self.max_shapes is not None and len(kept) >= self.max_shapes):
                 break
             kept.append((shape, p))
             mass += p

@@ -15,8 +15,10 @@ read when the arrived demand reaches 100 % and 120 %, by the report `simulate --
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
+import random
 import statistics
 import sys
 import time
@@ -28,7 +30,16 @@ from dra_driver.simulation.allocation_report import AllocationReport, parse_poin
 from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy, workload_of
 from dra_driver.simulation.workload import Workload
-from tests.bench.traces import TracePod, cluster, inflate, pod_objects, read_nodes, read_pods
+from tests.bench.traces import (
+    TracePod,
+    cluster,
+    inflate,
+    paper_arrivals,
+    paper_node_names,
+    pod_objects,
+    read_nodes,
+    read_pods,
+)
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "openb"
 POINTS = ("100%", "120%")
@@ -57,16 +68,34 @@ def run(
     fuller_first: bool = True,
     online: bool = False,
     digest: Any = None,
+    paper_setup: bool = False,
+    fgd_own: bool = False,
 ) -> list[tuple[float, float]]:
     """(allocation ratio %, idle GPUs) at each of POINTS, as `simulate --report` reads them.
-    `digest` (a hashlib object) takes every pod's node and allocations, in arrival order."""
-    nodes, slices, classes = cluster(read_nodes(directory))
+    `digest` (a hashlib object) takes every pod's node and allocations, in arrival order.
+    `paper_setup`: nodes named and pods drawn as FGD's simulator does for the paper's runs
+    (`paper_node_names`, `paper_arrivals`) instead of the trace's names and sampling with
+    replacement. `fgd_own` (scored): FGD's own choices where ours differ, to measure what FGD's
+    method reaches on this model: equal points go to the lowest node name, shapes leave memory
+    out (its typical pods have none) and are not capped in number."""
+    rng = random.Random(seed)
+    rows = read_nodes(directory)
+    if paper_setup:
+        rows = paper_node_names(rows, rng)
+    nodes, slices, classes = cluster(rows)
     snapshot = ClusterSnapshot.build(slices, classes, nodes)
     trace_pods = read_pods(directory, trace)
-    workload = None if online else trace_workload(snapshot, trace_pods)
-    sim = Cluster(snapshot, nodes, policy, fuller_first=fuller_first, workload=workload)
+    shapes = [dataclasses.replace(p, memory_mib=0) for p in trace_pods] if fgd_own else trace_pods
+    workload = None if online else trace_workload(snapshot, shapes)
+    ties = fuller_first and not fgd_own
+    sim = Cluster(snapshot, nodes, policy, fuller_first=ties, workload=workload)
+    if fgd_own:
+        sim.index.max_shapes = None
     report = AllocationReport(snapshot, sim.usage, parse_points(",".join(POINTS)))
-    pods = inflate(trace_pods, report.capacity, 1.3, seed)
+    if paper_setup:
+        pods = paper_arrivals(trace_pods, report.capacity, 1.3, rng)
+    else:
+        pods = inflate(trace_pods, report.capacity, 1.3, seed)
     verbose = sys.stderr.isatty()
     for i, trace_pod in enumerate(pods):
         pod, templates = pod_objects(trace_pod, i)
@@ -103,6 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         help="scored: learn the shapes as pods arrive instead of from the whole trace",
     )
     parser.add_argument(
+        "--paper-setup",
+        action="store_true",
+        help="name nodes and draw arrivals as FGD's simulator does for the paper's runs",
+    )
+    parser.add_argument(
+        "--fgd-own",
+        action="store_true",
+        help="scored: FGD's own tie rule and typical pods (what FGD's method reaches here)",
+    )
+    parser.add_argument(
         "--digest",
         action="store_true",
         help="print a hash of every pod's node and devices per trace and mode (same hash: "
@@ -128,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     not args.node_order_ties,
                     args.online,
                     digest,
+                    args.paper_setup,
+                    args.fgd_own,
                 )
                 for s in range(args.seeds)
             ]

@@ -65,6 +65,39 @@ def inflate(pods: list[TracePod], capacity: float, target: float, seed: int) -> 
     return out
 
 
+def paper_arrivals(
+    pods: list[TracePod], capacity: float, target: float, rng: random.Random
+) -> list[TracePod]:
+    """The arrivals as FGD's simulator makes them for the paper's runs: every pod of the trace
+    once, shuffled; then, if their demand is above `target` times `capacity`, random pods
+    dropped until it is not, else random pods of the trace (with replacement) appended while
+    the next one still fits under it."""
+    out = list(pods)
+    rng.shuffle(out)
+    demand = sum(p.gpu_demand for p in out)
+    if demand > target * capacity:
+        while out and demand > target * capacity:
+            demand -= out.pop(rng.randrange(len(out))).gpu_demand
+        return out
+    while pods:
+        extra = rng.choice(pods)
+        if demand + extra.gpu_demand > target * capacity:
+            break
+        demand += extra.gpu_demand
+        out.append(extra)
+    return out
+
+
+def paper_node_names(rows: list[dict[str, str]], rng: random.Random) -> list[dict[str, str]]:
+    """The nodes as FGD's simulator names them: in name order, each prefixed by a distinct
+    random four-digit number. Its scheduler breaks equal scores by the lowest name, so ties go
+    to a random node order fixed for the run, not to the trace's (which lists nodes by GPU
+    model)."""
+    ordered = sorted(rows, key=lambda r: r["sn"])
+    prefixes = rng.sample(range(len(ordered)), len(ordered))
+    return [{**r, "sn": f"{k:04d}-{r['sn']}"} for k, r in zip(prefixes, ordered, strict=True)]
+
+
 def cluster(rows: list[dict[str, str]]) -> tuple[list[Any], list[Any], list[Any]]:
     """(nodes, slices, device classes)."""
     nodes: list[Any] = []

@@ -16,7 +16,7 @@ from dra_driver.simulation.fragindex import fgd_points
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.simulation.workload import PodShape, Workload, shape_of
-from tests.bench.traces import TracePod, cluster, pod_objects
+from tests.bench.traces import TracePod, cluster, paper_arrivals, paper_node_names, pod_objects
 
 NODES = [
     {"sn": f"n{i}", "cpu_milli": "8000", "memory_mib": "32768", "gpu": str(g), "model": m}
@@ -161,6 +161,53 @@ def test_the_shapes_weighed_are_the_most_common_up_to_95_percent(rare_pods: int,
     assert len(weighed) == kept
     assert (rare in [shape for shape, _ in weighed]) == (100 / total < 0.95)
     assert sum(p for _, p in weighed) == pytest.approx(1.0)
+
+
+def test_without_a_cap_every_shape_up_to_95_percent_is_weighed() -> None:
+    """Sixty equally common shapes: the cap keeps 48 of them; FGD's experiments have no cap,
+    so `max_shapes=None` keeps the 57 that make up 95 % of the pods."""
+    nodes, slices, classes = cluster(NODES)
+    sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
+    shapes = [_shape(sim, TracePod(f"c{i}", 100 + i, 1024, 1, 250, ()), i) for i in range(60)]
+    distribution = [(shape, 1 / 60) for shape in shapes]
+    assert len(sim.index.weighted(distribution)) == 48
+    sim.index.max_shapes = None
+    weighed = sim.index.weighted(distribution)
+    assert [shape for shape, _ in weighed] == shapes[:57]
+    assert sum(p for _, p in weighed) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_paper_arrivals_take_every_pod_once_then_draw_up_to_the_target(seed: int) -> None:
+    """FGD's simulator replays the whole trace once, shuffled, then appends random pods of it
+    while the next still fits under the target; a trace above the target loses random pods
+    instead, and none repeats."""
+    pods = _pods(seed, 40)
+    demand = sum(p.gpu_demand for p in pods)
+    grown = paper_arrivals(pods, demand, 1.5, random.Random(seed))
+    assert sorted(grown[:40], key=lambda p: p.name) == sorted(pods, key=lambda p: p.name)
+    total = sum(p.gpu_demand for p in grown)
+    largest = max(p.gpu_demand for p in pods)
+    assert 1.5 * demand - largest < total <= 1.5 * demand
+    assert len(grown) > 40
+    shrunk = paper_arrivals(pods, demand, 0.5, random.Random(seed))
+    names = [p.name for p in shrunk]
+    assert len(set(names)) == len(names) and set(names) < {p.name for p in pods}
+    assert 0.5 * demand - largest < sum(p.gpu_demand for p in shrunk) <= 0.5 * demand
+
+
+def test_paper_node_names_are_a_random_order_of_the_same_nodes() -> None:
+    """Each node keeps its row and gains a distinct four-digit prefix, so name order (the
+    order FGD's scheduler breaks ties by) is a random order of the nodes, fixed by the seed."""
+    rows = [{"sn": f"node-{i:02d}", "gpu": str(i % 3)} for i in range(30)]
+    named = paper_node_names(rows, random.Random(3))
+    assert named == paper_node_names(rows, random.Random(3))
+    assert [r["sn"][5:] for r in named] == [r["sn"] for r in rows]
+    assert [r["gpu"] for r in named] == [r["gpu"] for r in rows]
+    prefixes = [r["sn"][:4] for r in named]
+    assert len(set(prefixes)) == 30 and all(p.isdigit() for p in prefixes)
+    by_name = [r["sn"][5:] for r in sorted(named, key=lambda r: r["sn"])]
+    assert by_name != [r["sn"] for r in rows]
 
 
 def test_pods_without_devices_count_all_free_room_on_every_node() -> None:
