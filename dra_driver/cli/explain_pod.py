@@ -36,6 +36,7 @@ from dra_driver.noderesources import pod_requests
 from dra_driver.simulation.fragindex import Choice
 from dra_driver.simulation.pods import key_of
 from dra_driver.simulation.replay import Cluster, PodPlacement
+from dra_driver.simulation.tie_order import Ties
 from dra_driver.workload_profile import ProfileEntry
 
 RUNNERS_UP = 3
@@ -107,10 +108,11 @@ def explain_pod(
 def _per_node(
     cluster: Cluster, pod: Mapping[str, Any], plans: Sequence[ClaimPlan], mode: AllocationMode
 ) -> list[str]:
-    """Why each node takes the pod or not: its free CPU, memory and pods, then its devices."""
+    """Why each node takes the pod or not: its free CPU, memory and pods, then its devices;
+    by name (the scored placer's own order, for ties, is shown with its ranking)."""
     lines: list[str] = []
     requests = pod_requests(pod)
-    for node in cluster.nodes:
+    for node in sorted(cluster.nodes):
         shortfalls = cluster.ledger.shortfalls(node, requests)
         if shortfalls:
             lines.append(f"  {node}: does not fit: {'; '.join(shortfalls)}")
@@ -142,14 +144,19 @@ def _per_node(
 
 
 def _scored(cluster: Cluster, placement: PodPlacement, plans: Sequence[ClaimPlan]) -> list[str]:
+    ties = {
+        Ties.SPREAD: "then the placer's fixed pseudo-random node order (tie_order.py)",
+        Ties.FULLER: "then the least free device room after the pod, then node order",
+        Ties.NAME: "then node order",
+    }[cluster.ties]
+    order = "the placer's node order" if cluster.ties is Ties.SPREAD else "node order"
     lines = [
         "  scored choice: each node is ranked by how much the pod increases the expected "
         "fragmentation of the workload (before -> after), scored as FGD scores it "
         "(100 x sigmoid(-increase in GPUs), truncated to whole points); the most points win, "
-        "then the least free device room after the pod, then node order; nodes in equal "
-        "states share one evaluation, the first in node order standing for them; the "
-        "allocator then takes devices on the best node where the claims fit, steered to the "
-        "devices the ranking picked:"
+        f"{ties}; nodes in equal states share one evaluation, the first in {order} standing "
+        "for them; the allocator then takes devices on the best node where the claims fit, "
+        "steered to the devices the ranking picked:"
     ]
     ranked = placement.candidates
     chosen = next((i for i, c in enumerate(ranked) if c is placement.choice), None)
@@ -202,7 +209,9 @@ def _lost(winner: Choice, other: Choice, fuller_first: bool) -> str:
             f"ties on points ({other.points}), loses on free device room after the pod "
             f"({other.room:.4g} against {winner.room:.4g}: the fuller node wins)"
         )
-    return "ties on points and free device room; the chosen node comes first"
+    if fuller_first:
+        return "ties on points and free device room; the chosen node comes first"
+    return "ties on points; the chosen node comes first in the placer's node order"
 
 
 def _allocator(cluster: Cluster, plans: Sequence[ClaimPlan], choice: Choice) -> str:

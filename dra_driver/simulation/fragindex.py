@@ -10,8 +10,9 @@ unit on it, whose increase of expected fragmentation scores the most points (bel
 
 Shapes are weighed by their share of all the pods, those that ask for no device included, as
 FGD's simulator weighs its typical pods in the paper's experiments; the most common ones that
-together make up `COVERAGE` of the pods are kept, at most `MAX_SHAPES` (a new GPU state costs one
-pass per shape kept; on the openb traces 48 shapes make up 81 to 94 % of the pods). A shape
+together make up `COVERAGE` of the pods are kept, as FGD keeps them, with `MAX_SHAPES` only as a
+guard on cost (a new GPU state costs one pass per shape kept; the openb traces need 52 to 152
+shapes for 95 %, and a cap of 48 cost multigpu30 about 0.1 point). A shape
 without devices can use none of a node's free device room, whether or not the node has the CPU
 for it, so its term is all of that room on every node (FGD's rule): it never steers a GPU pod
 towards CPU, it only shifts every increase by the same amount for a given pod, which changes
@@ -23,12 +24,12 @@ while pods arrive, the early weights rest on a handful of pods.
 
 Increases are scored as FGD's scheduler plugin scores a node (`fgd_points`: 100 x
 sigmoid(-increase), truncated, so a point is about 0.04 GPU near zero and wider further out). The
-most points win; among equal points the node with the least free device room after placement,
-then node order (on one node, the first way of placing). Equal points mostly mean "no common
-shape is hurt more here"; the kube-scheduler breaks such ties at random, node order alone piles
-pods onto the first nodes, and filling the fuller node keeps the emptier ones whole for the large
-shapes. Ranking by the exact increase instead left the order to differences no pod can use
-(docs/performance.md has what each rule gained on the openb traces).
+most points win; among equal points the caller's node order decides (on one node, the first way
+of placing), and scored placement orders nodes pseudo-randomly for that (tie_order.py), as FGD's
+runs effectively do. Equal points mostly mean "no common shape is hurt more here". The rule
+before, filling the fuller node (`fuller_first`), is kept to measure against. Ranking by the
+exact increase instead left the order to differences no pod can use (docs/performance.md has
+what each rule gained on the openb traces).
 
 Every node is considered (ranking.py ranks them all at once; `choose` answers for one node).
 The score only ranks; the allocator decides fit, so a node whose real allocation fails is
@@ -85,8 +86,9 @@ FGD_POINTS = 100
 """A node's score out of this many, as FGD's scheduler plugin scores (see `fgd_points`)."""
 COVERAGE = 0.95
 """The shapes kept are the most common ones that together make up this share of the pods."""
-MAX_SHAPES = 48
-"""...and no more than this many: a GPU state's terms cost one pass per shape kept."""
+MAX_SHAPES = 256
+"""...and no more than this many, a guard against a long tail of rare shapes: a GPU state's
+terms cost one pass per shape kept (the openb traces need at most 152)."""
 
 
 class Objective(enum.StrEnum):

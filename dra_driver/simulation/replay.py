@@ -7,7 +7,8 @@ via the ledger) and all its claims fit the node's devices (the allocator). Polic
   for claims the kube-scheduler's answer;
 - `best-fit`: the node that leaves least free device room, then least free CPU (a baseline);
 - `scored`: the node and devices that increase the workload's expected fragmentation least
-  (fragindex.py), devices then chosen by the allocator's scored mode steered to those devices.
+  (fragindex.py), devices then chosen by the allocator's scored mode steered to those devices;
+  equal increases go to a fixed pseudo-random order of the nodes (tie_order.py).
 
 Scored and best-fit never fail a pod first fit would place at that moment: when no ranked node
 takes it, first fit is tried.
@@ -38,6 +39,7 @@ from dra_driver.noderesources import CPU, MEMORY, NodeUsage, Resources, pod_requ
 from dra_driver.simulation.fragindex import Choice, FragmentationIndex, Objective
 from dra_driver.simulation.ledger import NodeResourceLedger, asked
 from dra_driver.simulation.ranking import NodeTable
+from dra_driver.simulation.tie_order import Ties, spread_order
 from dra_driver.simulation.workload import PodShape, Workload, shape_of
 
 
@@ -89,12 +91,14 @@ class Cluster:
         usage: Usage | None = None,
         scoring: ScoringPolicy | None = None,
         keep_candidates: bool = False,
-        fuller_first: bool = True,
+        ties: Ties = Ties.SPREAD,
         workload: Workload | None = None,
         placer: Placer | None = None,
     ) -> None:
-        """`fuller_first=False` breaks ties between equal fragmentation increases by node order
-        alone (kept to measure what the fuller-node rule adds). `workload`: the shapes the score
+        """`ties`: which node scored mode picks among equal points (tie_order.py); with
+        `Ties.SPREAD` the scored policy takes nodes in `spread_order` wherever it would take
+        them in name order (ties, the node standing for nodes in equal states, its first-fit
+        fallback); the other policies keep name order. `workload`: the shapes the score
         weighs by, when they are known in advance; else they are learned as pods arrive.
         `placer`: the allocator's placer to record allocations through, over `usage` (the
         controller's, so that its per-node counts stay right); else one of its own."""
@@ -106,13 +110,16 @@ class Cluster:
         self.nodes = snapshot.schedulable_node_names()
         known = set(self.nodes)
         self.nodes += [n for n in self.ledger.allocatable if n not in known]
+        if policy is PodPolicy.SCORED and ties is Ties.SPREAD:
+            self.nodes = spread_order(self.nodes)
         self.placer = placer or Placer(
             snapshot, self.usage, AllocationMode.FIRST_FIT, nodes=self.nodes
         )
         self.workload = workload or Workload()
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
-        self.fuller_first = fuller_first
+        self.ties = ties
+        self.fuller_first = policy is PodPolicy.SCORED and ties is Ties.FULLER
         self._table: NodeTable | None = None
 
     def place_pod(

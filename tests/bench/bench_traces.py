@@ -29,6 +29,7 @@ from dra_driver.allocator import ClusterSnapshot
 from dra_driver.simulation.allocation_report import AllocationReport, parse_points
 from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy, workload_of
+from dra_driver.simulation.tie_order import Ties
 from dra_driver.simulation.workload import Workload
 from tests.bench.traces import (
     TracePod,
@@ -65,7 +66,7 @@ def run(
     trace: str,
     policy: PodPolicy,
     seed: int,
-    fuller_first: bool = True,
+    ties: Ties = Ties.SPREAD,
     online: bool = False,
     digest: Any = None,
     paper_setup: bool = False,
@@ -87,8 +88,7 @@ def run(
     trace_pods = read_pods(directory, trace)
     shapes = [dataclasses.replace(p, memory_mib=0) for p in trace_pods] if fgd_own else trace_pods
     workload = None if online else trace_workload(snapshot, shapes)
-    ties = fuller_first and not fgd_own
-    sim = Cluster(snapshot, nodes, policy, fuller_first=ties, workload=workload)
+    sim = Cluster(snapshot, nodes, policy, ties=Ties.NAME if fgd_own else ties, workload=workload)
     if fgd_own:
         sim.index.max_shapes = None
     report = AllocationReport(snapshot, sim.usage, parse_points(",".join(POINTS)))
@@ -122,9 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=",".join(PUBLISHED))
     parser.add_argument("--modes", default=",".join(p.value for p in PodPolicy))
     parser.add_argument(
+        "--ties",
+        choices=[t.value for t in Ties],
+        default=Ties.SPREAD.value,
+        help="scored: how equal points are broken (default: a fixed pseudo-random node order)",
+    )
+    parser.add_argument(
         "--node-order-ties",
         action="store_true",
-        help="scored: break equal points by node order alone (not the fuller node)",
+        help="scored: break equal points by node name order alone (--ties name)",
     )
     parser.add_argument(
         "--online",
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     trace,
                     PodPolicy(mode),
                     s,
-                    not args.node_order_ties,
+                    Ties.NAME if args.node_order_ties else Ties(args.ties),
                     args.online,
                     digest,
                     args.paper_setup,

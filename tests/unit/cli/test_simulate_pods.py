@@ -270,8 +270,10 @@ def test_scored_pods_weigh_by_every_pod_of_the_input(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`simulate` knows every pod before it places the first, and the scored mode weighs by all
-    of them: the one-GPU pod goes to n0's free GPU, keeping n1's two GPUs whole. Weighed only by
-    the pods placed before it (two shares), it would go to n1 instead."""
+    of them: the one-GPU pod goes to the free GPU of the node the shares went to, keeping the
+    other node's two GPUs whole. Weighed only by the pods placed before it (two shares), it
+    would go to the other node instead. (The two nodes are alike; which one the first share
+    takes is the tie order's.)"""
     docs = [
         *trace_inputs.base(),
         trace_inputs.pod("p0", "milli-500"),
@@ -284,9 +286,11 @@ def test_scored_pods_weigh_by_every_pod_of_the_input(
         result = simulate(capsys, tmp_path, docs, "--mode", "scored")
         return {p["name"]: p["node"] for p in result["pods"]}
 
-    assert placed() == {"p0": "n0", "p1": "n0", "p2": "n0", "p3": "n0"}
+    first = placed()
+    assert set(first.values()) == {first["p0"]} and first["p0"] in {"n0", "n1"}
     monkeypatch.setattr(simulate_cli, "input_workload", lambda *_: Workload())
-    assert placed()["p2"] == "n1"
+    second = placed()
+    assert second["p0"] == first["p0"] and second["p2"] not in {first["p0"], None}
 
 
 def test_a_workload_profile_that_cannot_be_read_stops_simulate_naming_it(

@@ -33,6 +33,7 @@ from dra_driver.simulation.pods import key_of, pod_claims
 from dra_driver.simulation.ranking import round9
 from dra_driver.simulation.replay import Cluster, PodPolicy
 from dra_driver.simulation.rooms import unit_rooms
+from dra_driver.simulation.tie_order import Ties
 from dra_driver.simulation.workload import PodShape, shape_of
 from tests.bench.traces import TracePod, cluster, pod_objects
 
@@ -178,7 +179,7 @@ def _points(increase: float) -> int:
 def _replay_and_compare(
     policy: PodPolicy,
     seed: int,
-    fuller_first: bool = True,
+    ties: Ties = Ties.SPREAD,
     huge_memory: bool = False,
     subsets: bool = False,
     outside: bool = False,
@@ -198,7 +199,7 @@ def _replay_and_compare(
         nodes,
         policy,
         keep_candidates=True,
-        fuller_first=fuller_first,
+        ties=ties,
     )
     pods = _pods(rng, 60)
     starved = 0
@@ -261,8 +262,9 @@ def test_ranking_after_usage_changed_outside_the_replay_equals_the_formula(seed:
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_node_order_ties_equal_the_formula_node_by_node(seed: int) -> None:
-    _replay_and_compare(PodPolicy.SCORED, seed, fuller_first=False)
+@pytest.mark.parametrize("ties", [Ties.FULLER, Ties.NAME])
+def test_other_tie_rules_equal_the_formula_node_by_node(seed: int, ties: Ties) -> None:
+    _replay_and_compare(PodPolicy.SCORED, seed, ties=ties)
 
 
 @pytest.mark.parametrize("seed", range(3))

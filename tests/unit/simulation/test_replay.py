@@ -15,6 +15,7 @@ from dra_driver.noderesources import pod_requests
 from dra_driver.simulation.fragindex import fgd_points
 from dra_driver.simulation.pods import POD_CLAIM_NAME, claim_from_template, key_of, pod_claims
 from dra_driver.simulation.replay import Cluster, PodPolicy
+from dra_driver.simulation.tie_order import Ties, spread_order
 from dra_driver.simulation.workload import PodShape, Workload, shape_of
 from tests.bench.traces import TracePod, cluster, paper_arrivals, paper_node_names, pod_objects
 
@@ -120,25 +121,28 @@ def test_claim_from_template_is_named_and_owned_like_the_controller_makes_it() -
     assert claim_from_template(pod, "gpu", template)["metadata"]["name"] == meta["name"]
 
 
-@pytest.mark.parametrize("fuller_first", [True, False])
-def test_equal_increases_go_to_the_fuller_node(fuller_first: bool) -> None:
-    """Two equal nodes, the second already holding one GPU: a whole-GPU pod raises neither
-    node's expected fragmentation, so the tie decides — the fuller node, unless ties are broken
-    by node order alone."""
+@pytest.mark.parametrize(
+    ("ties", "expected"), [(Ties.SPREAD, "c"), (Ties.FULLER, "b"), (Ties.NAME, "a")]
+)
+def test_equal_increases_go_where_the_tie_rule_says(ties: Ties, expected: str) -> None:
+    """Three equal nodes, b already holding one GPU: a whole-GPU pod raises no node's expected
+    fragmentation, so the tie decides. The spread order of a, b, c starts with c (neither the
+    first name nor the fuller node); the fuller node is b; name order starts with a."""
+    assert spread_order(["a", "b", "c"])[0] == "c"
     rows = [
         {"sn": name, "cpu_milli": "32000", "memory_mib": "65536", "gpu": "2", "model": "T4"}
-        for name in ("a", "b")
+        for name in ("a", "b", "c")
     ]
     nodes, slices, classes = cluster(rows)
     snapshot = ClusterSnapshot.build(slices, classes, nodes)
-    sim = Cluster(snapshot, nodes, PodPolicy.SCORED, fuller_first=fuller_first)
+    sim = Cluster(snapshot, nodes, PodPolicy.SCORED, ties=ties)
     held, templates = pod_objects(TracePod("held", 1000, 1024, 1, 1000, ()), 0)
     claims = pod_claims(held, {}, {key_of(t): t for t in templates})
     assert sim.placer.place(claims, nodes=["b"]).node == "b"
     pod, templates = pod_objects(TracePod("p", 1000, 1024, 1, 1000, ()), 1)
     placement = sim.place_pod(pod, pod_claims(pod, {}, {key_of(t): t for t in templates}))
     assert placement.choice is not None and placement.choice.value == 0
-    assert placement.node == ("b" if fuller_first else "a")
+    assert placement.node == expected
 
 
 def _shape(sim: Cluster, trace_pod: TracePod, index: int) -> PodShape:
@@ -163,18 +167,18 @@ def test_the_shapes_weighed_are_the_most_common_up_to_95_percent(rare_pods: int,
     assert sum(p for _, p in weighed) == pytest.approx(1.0)
 
 
-def test_without_a_cap_every_shape_up_to_95_percent_is_weighed() -> None:
-    """Sixty equally common shapes: the cap keeps 48 of them; FGD's experiments have no cap,
-    so `max_shapes=None` keeps the 57 that make up 95 % of the pods."""
+def test_every_shape_up_to_95_percent_is_weighed_and_the_guard_caps_them() -> None:
+    """Sixty equally common shapes: 57 make up 95 % of the pods, and all 57 are weighed, as
+    FGD keeps its typical pods; `max_shapes` is only a guard on cost, and caps when set low."""
     nodes, slices, classes = cluster(NODES)
     sim = Cluster(ClusterSnapshot.build(slices, classes, nodes), nodes, PodPolicy.SCORED)
     shapes = [_shape(sim, TracePod(f"c{i}", 100 + i, 1024, 1, 250, ()), i) for i in range(60)]
     distribution = [(shape, 1 / 60) for shape in shapes]
-    assert len(sim.index.weighted(distribution)) == 48
-    sim.index.max_shapes = None
     weighed = sim.index.weighted(distribution)
     assert [shape for shape, _ in weighed] == shapes[:57]
     assert sum(p for _, p in weighed) == pytest.approx(1.0)
+    sim.index.max_shapes = 10
+    assert [shape for shape, _ in sim.index.weighted(distribution)] == shapes[:10]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
