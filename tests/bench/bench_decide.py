@@ -1,13 +1,16 @@
 """The controller's decision alone: `decide` over a watch-fed view, no API server.
 
-    .venv/bin/python -m tests.bench.bench_decide [--nodes 100] [--pods 1000]
+    .venv/bin/python -m tests.bench.bench_decide [--nodes 100] [--pods 1000] [--cpu-shapes 0]
 
 The view is filled through watch events with `bench_controller`'s cluster (nodes of 8 fake H100,
 slices from the real slice builder, the four DeviceClasses) and its claims (half a whole GPU,
 half a MIG slice); each pod is decided in turn, and its allocations come back as the watch would
 bring them. Prints milliseconds per decision for each tenth of the pods (the first decisions on
 each node and demand cost more) and over all, as JSON. It measures what the controller's passes
-spend in `decide_s`, without the API client's threads beside it.
+spend in `decide_s`, without the API client's threads beside it. `--cpu-shapes N` gives each
+pod one of N CPU requests, drawn log-uniformly (a long tail), so the workload the controller
+learns has up to 4 N shapes: what a cluster of varied pods costs the fragmentation score, which
+weighs every shape up to 95 % of the pods (at most `fragindex.MAX_SHAPES`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class _Feed:
         self.view.apply(Event(kind, resource, key_of(obj), obj, None))
 
 
-async def _run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
+async def _run(nodes: int, pods: int, seed: int, cpu_shapes: int = 0) -> dict[str, Any]:
     view = ClusterView(AllocationMode.SCORED)
     feed = _Feed(view)
     for body in device_classes():
@@ -60,12 +63,19 @@ async def _run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     for i in range(pods):
         claim = claim_body(i, rng)
         feed.put("resourceclaims", claim)
+        containers = None
+        if cpu_shapes:
+            cpu = f"{100 + int(cpu_shapes ** rng.random()) - 1}m"
+            containers = [
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
+            ]
         pod = objects.pod(
             f"pod-{i}",
             [claim["metadata"]["name"]],
             namespace=claim["metadata"]["namespace"],
             uid=f"u{i}",
             gates=[GATE],
+            containers=containers,
         )
         feed.put("pods", pod)
         made.append(pod)
@@ -87,9 +97,12 @@ async def _run(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         if (i + 1) % chunk == 0:
             chunks.append(round(1000 * (time.perf_counter() - mark) / chunk, 2))
             mark = time.perf_counter()
+    index = view.pod_placer().cluster.index
+    index.refresh()
     return {
         "nodes": nodes,
         "pods": pods,
+        "shapes_kept": len(index.table.p),
         "decided": decided,
         "warm_s": round(warm_s, 2),
         "decide_ms_per_pod": round(1000 * total / pods, 2),
@@ -102,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cpu-shapes", type=int, default=0)
     args = parser.parse_args(argv)
     configure_logging("json", "warning")  # stdout carries the figures alone
-    print(json.dumps(asyncio.run(_run(args.nodes, args.pods, args.seed)), indent=2))
+    result = asyncio.run(_run(args.nodes, args.pods, args.seed, args.cpu_shapes))
+    print(json.dumps(result, indent=2))
     return 0
 
 
