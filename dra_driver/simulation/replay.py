@@ -119,8 +119,12 @@ class Cluster:
         self.index = FragmentationIndex(snapshot, self.usage, self.workload, (CPU, MEMORY))
         self.keep_candidates = keep_candidates
         self.ties = ties
-        self.fuller_first = policy is PodPolicy.SCORED and ties is Ties.FULLER
         self._table: NodeTable | None = None
+
+    @property
+    def fuller_first(self) -> bool:
+        """Equal points go to the fuller node (scored mode with `Ties.FULLER`)."""
+        return self.policy is PodPolicy.SCORED and self.ties is Ties.FULLER
 
     def place_pod(
         self,
