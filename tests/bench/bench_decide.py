@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu-shapes", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.cpu_shapes < 0:
+        parser.error(f"--cpu-shapes must be 0 or more, not {args.cpu_shapes}")
     configure_logging("json", "warning")  # stdout carries the figures alone
     result = asyncio.run(_run(args.nodes, args.pods, args.seed, args.cpu_shapes))
     print(json.dumps(result, indent=2))
