@@ -13,4 +13,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/hack/venv.sh"
 cd "$ROOT"
 
+# DRA_CONTROL_PLANE=upstream runs it on the real control plane (hack/upstream.sh builds it).
+if [ "${DRA_CONTROL_PLANE:-embedded}" = upstream ]; then bash "$ROOT/hack/upstream.sh" build >/dev/null; fi
 exec dra-driver local-cluster --demo deploy/examples "$@"

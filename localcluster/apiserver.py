@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 import yaml
+from kubernetes import client
 
 from localcluster.crds import CRD_KEY, CustomResourceDefinitions
 from localcluster.defaults import DEFAULT_WATCH_HISTORY
@@ -143,6 +144,13 @@ class ApiServer:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(yaml.safe_dump(self.kubeconfig(context), sort_keys=False))
         return target
+
+    def configuration(self) -> client.Configuration:
+        """Client settings for this server (no login: it has none)."""
+        return client.Configuration(host=self.url)
+
+    def api_client(self) -> client.ApiClient:
+        return client.ApiClient(self.configuration())
 
     def __enter__(self) -> ApiServer:
         return self.start()

@@ -3,6 +3,15 @@ kubelet plugin process with fake GPUs and a node agent playing kubelet toward it
 run MPS control daemons through the fake `nvidia-cuda-mps-control`, their default with fake GPUs.
 The chart's CRDs (GpuQueue) are installed at start-up, as `helm install` would.
 
+Two control planes (`control_plane=`, default `DRA_CONTROL_PLANE` or ``embedded``):
+
+* ``embedded``: the in-memory API server of this package, with stand-ins for kube-scheduler and
+  the claim-from-template controller, all in this process; starts in a second, needs no Go;
+* ``upstream``: etcd, kube-apiserver, kube-controller-manager and kube-scheduler 1.37, built by
+  `hack/upstream.sh` (see :mod:`localcluster.upstream`); the chart's RBAC, ServiceAccounts and
+  admission policy are installed, and the plugins and controllers log in as the chart's
+  ServiceAccounts. The node agents stay (no kubelet runs) and keep their nodes' Leases renewed.
+
 The plugin runs as a separate process (`python -m kubeletplugin.cli`), the way it runs on a real
 node: it has its own event loop, its own checkpoint and fake-GPU state files, and it can be
 killed and restarted without the rest of the cluster noticing. Everything else runs in the
@@ -19,16 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import structlog
 from kubernetes import client, dynamic
@@ -37,10 +49,15 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
 from dra_driver.backends.fake.state import FileStateStore, state_file_name
 from localcluster.apiserver import ApiServer
+from localcluster.control_planes import CONTROL_PLANES, default_control_plane
 from localcluster.crds import bundled_definitions
 from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
-from localcluster.roles import claims_from_templates, scheduler
+from localcluster.roles import claims_from_templates, node_heartbeat, scheduler
 from localcluster.roles.node_agent import FakeLoad, NodeAgent
+from localcluster.upstream.control_plane import UpstreamControlPlane, kubeconfig_client
+
+if TYPE_CHECKING:
+    from localcluster.upstream.identities import ChartInstall
 
 log = structlog.get_logger(__name__)
 
@@ -91,6 +108,11 @@ class LocalNode:
     def log_path(self) -> Path:
         return self.root / "plugin.log"
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The plugin's own login (upstream control plane only)."""
+        return self.root / "plugin.kubeconfig"
+
 
 @dataclass
 class LocalController:
@@ -115,7 +137,14 @@ class LocalCluster:
         watch_history: int = DEFAULT_WATCH_HISTORY,
         idle_after: float | None = None,
         plugin_metrics: bool = False,
+        control_plane: str | None = None,
     ) -> None:
+        self.control_plane = control_plane or default_control_plane()
+        if self.control_plane not in CONTROL_PLANES:
+            raise ValueError(
+                f"control_plane must be one of {', '.join(CONTROL_PLANES)}, "
+                f"got {self.control_plane!r}"
+            )
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, got {nodes}")
         if idle_after is not None and idle_after < 0:
@@ -129,9 +158,15 @@ class LocalCluster:
         self.driver_name = driver_name
         # `watch_history` bounds the API server's event history: a small one makes the daemons'
         # watches fall behind it (410 Gone) and list again, as after etcd compaction.
-        self.server = ApiServer(port=port, history=watch_history)
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="dra-lc-", dir="/tmp"))
+        self.server: ApiServer | None = None
+        self.upstream: UpstreamControlPlane | None = None
+        self._chart: ChartInstall | None = None
+        if self.control_plane == "embedded":
+            self.server = ApiServer(port=port, history=watch_history)
+        else:
+            self.upstream = UpstreamControlPlane(self.workdir / "control-plane")
         self._poll_s = poll_s
         self._plugin_args = plugin_args
         self._controller_args = controller_args
@@ -147,16 +182,32 @@ class LocalCluster:
 
     @property
     def kubeconfig(self) -> Path:
+        """The administrator's kubeconfig (tests, demos and the node agents use it)."""
         return self.workdir / "kubeconfig"
 
+    @property
+    def url(self) -> str:
+        if self.server is not None:
+            return self.server.url
+        assert self.upstream is not None
+        return self.upstream.url
+
     async def start(self) -> None:
-        self.server.start()
-        self.server.write_kubeconfig(self.kubeconfig)
-        self.api = client.ApiClient(client.Configuration(host=self.server.url))
-        self.dyn = dynamic.DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        if self.server is not None:
+            self.server.start()
+            self.server.write_kubeconfig(self.kubeconfig)
+            self.api = client.ApiClient(client.Configuration(host=self.server.url))
+        else:
+            await self._start_upstream()
+        assert self.api is not None
+        api = self.api
+        self.dyn = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
         # The chart's CRDs (GpuQueue), as `helm install` creates them before anything else.
         self.apply(bundled_definitions())
+        if self.upstream is not None:
+            await asyncio.to_thread(self._wait_crds_established)
         nodes = self.dyn.resources.get(api_version="v1", kind="Node")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in self._node_names:
             nodes.create(
                 body={
@@ -164,31 +215,49 @@ class LocalCluster:
                     "kind": "Node",
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                     "status": {
-                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "True",
+                                "reason": "KubeletReady",
+                                "lastHeartbeatTime": now,
+                                "lastTransitionTime": now,
+                            }
+                        ],
                         "capacity": NODE_ALLOCATABLE,
                         "allocatable": NODE_ALLOCATABLE,
                     },
                 }
             )
+            if self.upstream is not None:
+                self._tasks.append(
+                    asyncio.create_task(node_heartbeat.run(api, name, self._stop), name=name)
+                )
             root = self.workdir / name
             load = FakeLoad(self.driver_name, root / "fake-gpus", root / "proc")
             agent = NodeAgent(
-                self.api,
+                api,
                 name,
                 root / "registry",
                 root / "cdi",
                 poll_s=self._poll_s,
                 fake_load=load,
+                # kube-controller-manager's resourceclaim controller drops a gone pod's
+                # reservations there, as it does for kubelet; the embedded cluster's agent does.
+                drop_reservations=self.upstream is None,
             )
             node = LocalNode(name, root, agent)
             if self._plugin_metrics:
                 node.metrics_port = _free_port()
             _boot(node)
+            if self.upstream is not None:
+                await asyncio.to_thread(self._plugin_login, node)
             self.nodes.append(node)
             self.start_plugin(node)
         for controller in self.controllers:
             self.start_controller(controller)
-        self._tasks.append(asyncio.create_task(self._control_plane(), name="control-plane"))
+        if self.server is not None:
+            self._tasks.append(asyncio.create_task(self._control_plane(), name="control-plane"))
         for node in self.nodes:
             self._tasks.append(asyncio.create_task(node.agent.run(self._stop), name=node.name))
 
@@ -202,7 +271,7 @@ class LocalCluster:
             "kubeletplugin.cli",
             f"--node-name={node.name}",
             f"--driver-name={self.driver_name}",
-            f"--kubeconfig={self.kubeconfig}",
+            f"--kubeconfig={node.kubeconfig if self.upstream else self.kubeconfig}",
             f"--plugin-dir={node.plugin_dir}",
             f"--registry-dir={node.registry_dir}",
             f"--cdi-root={node.cdi_root}",
@@ -231,12 +300,21 @@ class LocalCluster:
         With more than one controller they elect a leader through a Lease, as the chart's
         replicas do; a single one runs without election.
         """
+        kubeconfig = self.kubeconfig
+        env = dict(os.environ)
+        if self._chart is not None:
+            # The chart's ServiceAccount, and the Lease and ConfigMap its Roles name.
+            kubeconfig = self.workdir / "controller.kubeconfig"
+            env["POD_NAMESPACE"] = self._chart.namespace
+            for key in ("DRA_LEASE_NAME", "DRA_WORKLOAD_CONFIGMAP"):
+                if key in self._chart.controller_env:
+                    env[key] = self._chart.controller_env[key]
         argv = [
             sys.executable,
             "-m",
             "controller.cli",
             f"--driver-name={self.driver_name}",
-            f"--kubeconfig={self.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
             f"--identity={controller.name}",
             "--leader-elect" if len(self.controllers) > 1 else "--no-leader-elect",
             "--log-format=json",
@@ -244,7 +322,61 @@ class LocalCluster:
         ]
         controller.log_path = self.workdir / f"{controller.name}.log"
         with controller.log_path.open("ab") as log_file:
-            controller.process = subprocess.Popen(argv, stdout=log_file, stderr=log_file)
+            controller.process = subprocess.Popen(argv, stdout=log_file, stderr=log_file, env=env)
+
+    async def _start_upstream(self) -> None:
+        """The real control plane, the chart's install, and the daemons' logins."""
+        from localcluster.upstream import identities  # noqa: PLC0415 - needs the Helm SDK
+
+        assert self.upstream is not None
+        await self.upstream.start()
+        shutil.copyfile(self.upstream.admin_kubeconfig, self.kubeconfig)
+        self.api = kubeconfig_client(self.kubeconfig)
+        dyn = dynamic.DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        self._chart = await asyncio.to_thread(identities.render_install, self.driver_name)
+        await asyncio.to_thread(identities.install, dyn, self._chart)
+        if self.controllers:
+            await asyncio.to_thread(
+                identities.controller_kubeconfig,
+                self.upstream,
+                self.api,
+                self._chart,
+                self.workdir / "controller.kubeconfig",
+            )
+
+    def _plugin_login(self, node: LocalNode) -> None:
+        from localcluster.upstream import identities  # noqa: PLC0415 - needs the Helm SDK
+
+        assert self.upstream is not None and self.api is not None and self._chart is not None
+        node.root.mkdir(parents=True, exist_ok=True)
+        identities.plugin_kubeconfig(
+            self.upstream, self.api, self._chart, node.name, node.kubeconfig
+        )
+
+    def _wait_crds_established(self, timeout_s: float = 60.0) -> None:
+        """kube-apiserver serves a CRD's kind only once it is Established (a moment later)."""
+        assert self.dyn is not None
+        crds = self.dyn.resources.get(
+            api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
+        )
+        names = [d["metadata"]["name"] for d in bundled_definitions()]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pending = []
+            for name in names:
+                conditions = (crds.get(name=name).to_dict().get("status") or {}).get(
+                    "conditions"
+                ) or []
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True" for c in conditions
+                ):
+                    pending.append(name)
+            if not pending:
+                self.dyn.resources.invalidate_cache()
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRDs not established within {timeout_s:g} s: {pending}")
+            time.sleep(0.1)
 
     async def stop_controller(self, controller: LocalController, *, kill: bool = False) -> None:
         process = controller.process
@@ -305,7 +437,10 @@ class LocalCluster:
             await self.stop_controller(controller)
         if self.api is not None:
             self.api.close()  # type: ignore[no-untyped-call]
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
+        if self.upstream is not None:
+            await asyncio.to_thread(self.upstream.stop)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -322,15 +457,26 @@ class LocalCluster:
         await self.stop()
 
     def apply(self, documents: list[dict[str, Any]]) -> None:
-        """Create objects (YAML documents) through the API, as `kubectl create` would."""
+        """Create objects (YAML documents) through the API, as `kubectl create` would.
+
+        The body goes as compact JSON, as kubectl sends it. That matters on kube-apiserver: it
+        keeps opaque claim parameters as the bytes it was sent, kube-scheduler copies them into
+        the allocation, and a later JSON patch of the claim's status re-encodes them compactly;
+        when the two differ, kube-apiserver refuses the write because the allocation "changed".
+        The official client pads the JSON it makes from a dict (`, `, `: `) and sends a string
+        unchanged only under a non-JSON content type: so the compact JSON goes as YAML, which
+        it also is (kube-apiserver turns YAML into compact JSON; the embedded server reads it
+        as JSON).
+        """
         assert self.dyn is not None
         for doc in documents:
             resource = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
             namespace = doc.get("metadata", {}).get("namespace")
+            body = json.dumps(doc, separators=(",", ":"))
+            extra: dict[str, Any] = {"content_type": "application/yaml"}
             if resource.namespaced:
-                resource.create(body=doc, namespace=namespace or "default")
-            else:
-                resource.create(body=doc)
+                extra["namespace"] = namespace or "default"
+            resource.create(body=body, **extra)
 
 
 def _boot(node: LocalNode) -> None:

@@ -86,6 +86,7 @@ async def run_demo(
     queues: bool = True,
     usage: bool = True,
     idle_after: float | None = None,
+    control_plane: str | None = None,
 ) -> int:
     """Run the examples, then (with `usage`) the busy and idle pods, then (with `queues`) the
     two-team queue scenario on the same cluster. `idle_after` is the plugins' `--idle-after` in
@@ -106,10 +107,13 @@ async def run_demo(
         watch_history=watch_history,
         idle_after=DEMO_IDLE_AFTER_S if idle_after is None else idle_after,
         plugin_metrics=usage,
+        control_plane=control_plane,
     ) as cluster:
         shown = "eight H100, two with MIG mode off" if gpus == DEMO_GPUS else gpus
         print(
-            f"local cluster: {nodes} node(s) x {shown}, API server {cluster.server.url}", file=out
+            f"local cluster: {nodes} node(s) x {shown}, {cluster.control_plane} control plane, "
+            f"API server {cluster.url}",
+            file=out,
         )
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))

@@ -55,10 +55,11 @@ async def _serve(args: argparse.Namespace) -> int:
         watch_history=args.watch_history,
         idle_after=args.idle_after,
         plugin_metrics=True,
+        control_plane=args.control_plane,
     ) as cluster:
         await cluster.wait_registered()
         cluster.apply(device_classes(cluster.driver_name))  # what the chart would install
-        print(f"API server: {cluster.server.url}", flush=True)
+        print(f"API server: {cluster.url} ({cluster.control_plane} control plane)", flush=True)
         print(f"kubeconfig: {cluster.kubeconfig}", flush=True)
         for node in cluster.nodes:
             print(
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 out=sys.stdout,
                 watch_history=args.watch_history,
                 idle_after=args.idle_after,
+                control_plane=args.control_plane,
             )
         )
     with contextlib.suppress(KeyboardInterrupt):
@@ -137,6 +139,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="every plugin's --idle-after: how long a device must stay unused before its "
         "claim's status says Idle=True (default: the plugin's, 30 minutes; the demo uses "
         f"{DEMO_IDLE_AFTER_S:g} s); the plugins sample usage every second",
+    )
+    parser.add_argument(
+        "--control-plane",
+        choices=("embedded", "upstream"),
+        help="embedded: the in-memory API server and stand-ins (starts in a second); upstream: "
+        "etcd, kube-apiserver, kube-controller-manager and kube-scheduler 1.37 built by "
+        "hack/upstream.sh, with the daemons logged in as the chart's ServiceAccounts "
+        "(default: $DRA_CONTROL_PLANE, else embedded)",
     )
     parser.add_argument("--verbose", action="store_true", help="log what the stand-ins do")
     parser.set_defaults(run=run)

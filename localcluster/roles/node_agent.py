@@ -19,7 +19,9 @@ What kubelet does and this agent mirrors:
   reports once containers run (PodDisruptionBudgets count only ready pods as healthy);
 * the pod object stays (a finalizer of ours, standing in for kubelet's hold on a terminating
   pod) until its resources are released; then the pod is dropped from the claims'
-  ``reservedFor`` as the upstream resourceclaim controller would. An evicted pod goes the
+  ``reservedFor`` as the upstream resourceclaim controller would (where that controller
+  runs, ``drop_reservations=False`` leaves it to it), and deleted with grace
+  period 0, as kubelet finishes a pod's deletion on kube-apiserver. An evicted pod goes the
   same way: eviction is a delete.
 
 Fake load (tests and demos only, nodes with fake GPUs): a pod annotated
@@ -145,8 +147,10 @@ class NodeAgent:
         versions: Sequence[str] = DEFAULT_VERSIONS,
         call_timeout: float = KUBELET_CALL_TIMEOUT_S,
         fake_load: FakeLoad | None = None,
+        drop_reservations: bool = True,
     ) -> None:
         self.api_client = api_client
+        self.drop_reservations = drop_reservations
         self.fake_load = fake_load
         self.node_name = node_name
         self.cdi_root = cdi_root
@@ -413,7 +417,10 @@ class NodeAgent:
         record = self._records.get(meta["uid"])
         if record is None:
             if FINALIZER not in (meta.get("finalizers") or []):
-                return 0  # never prepared here: nothing to release
+                # Never prepared here: nothing to release; the pod may go (kube-apiserver
+                # keeps a deleted pod bound to a node until its kubelet says so).
+                await asyncio.to_thread(self._finish_delete, pod)
+                return 0
             # Our finalizer but no memory of the pod: an earlier agent prepared it. Release
             # what its claims are allocated to; unprepare of an unknown claim is harmless.
             record = _PodRecord(meta["namespace"], meta["name"], meta["uid"])
@@ -468,10 +475,12 @@ class NodeAgent:
             return 0
 
         refs = [ref for known in record.claims.values() for ref in known.values()]
-        await asyncio.to_thread(self._drop_reservations, record.uid, refs, claims)
+        if self.drop_reservations:
+            await asyncio.to_thread(self._drop_reservations, record.uid, refs, claims)
         if pod is not None:
             finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != FINALIZER]
             await asyncio.to_thread(self._write_finalizers, pod, finalizers)
+            await asyncio.to_thread(self._finish_delete, pod)
         del self._records[record.uid]
         self.errors.pop(record.key, None)
         log.info("pod's claims released", pod=record.key)
@@ -508,6 +517,24 @@ class NodeAgent:
             namespace=meta["namespace"],
             content_type=MERGE,
         )
+
+    def _finish_delete(self, pod: Obj) -> None:
+        """What kubelet does once a deleted pod's containers are gone: delete it for good
+        (grace period 0, this pod only). kube-apiserver keeps a pod bound to a node until then;
+        the embedded server has already removed it (404, nothing to do)."""
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp") or meta.get("deletionGracePeriodSeconds") == 0:
+            return
+        pods, _ = self._resources()
+        try:
+            pods.delete(
+                name=meta["name"],
+                namespace=meta["namespace"],
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
 
     def _write_prepared(
         self, pod: Obj, outcomes: Mapping[str, PrepareOutcome], env: Mapping[str, str]
@@ -649,7 +676,21 @@ def _write_failed(pod: str, error: ApiException) -> None:
     if error.status == 409:
         log.info("write conflict; retrying on the next pass", pod=pod)
     else:
-        log.warning("api write failed", pod=pod, status=error.status, reason=error.reason)
+        log.warning(
+            "api write failed",
+            pod=pod,
+            status=error.status,
+            reason=error.reason,
+            message=_status_message(error),
+        )
+
+
+def _status_message(error: ApiException) -> str:
+    """The API server's own words (its Status body), which name the field it refused."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.body)
+    except ValueError:
+        return str(error.body)
 
 
 def _key(pod: Obj) -> str:

@@ -1,25 +1,22 @@
-"""Rendering the Helm chart offline, the way `helm template` would, for the deploy tests.
-
-helm-python-sdk embeds Helm itself, so no helm binary and no cluster are involved. Its public
-`Chart.render` does not pass a Kubernetes version; the native call it wraps does, and the chart's
-`kubeVersion` constraint makes the version matter, so the render goes through that call.
-"""
+"""Rendering the Helm chart offline for the deploy tests: the value sets they check, rendered
+once per run through :mod:`localcluster.chart`."""
 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import yaml
-from helm_python import _native
+
+from localcluster.chart import (
+    CHART,  # noqa: F401 - the deploy tests read it from here
+    NAMESPACE,
+    RELEASE,
+)
+from localcluster.chart import render_text as chart_render_text
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "deploy" / "helm" / "gpu-dra-driver"
-RELEASE = "dra"
-NAMESPACE = "dra-system"
 KUBE_VERSIONS = ("1.34.0", "1.35.0", "1.36.0", "1.37.0")
 
 #: The value sets every test renders: the defaults and the ways the chart is meant to be used.
@@ -72,18 +69,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 
 def render_text(values: dict[str, Any], kube_version: str = "1.36.0") -> dict[str, str]:
     """Template path -> rendered text; raises helm_python's errors as they come."""
-    options = {
-        "name": RELEASE,
-        "namespace": NAMESPACE,
-        "is_install": True,
-        "kube_version": f"v{kube_version}",
-    }
-    with helm.Chart.load(CHART) as chart:
-        rendered = _native.call_string(
-            "helm_render", chart._raw(), json.dumps(values), json.dumps(options)
-        )
-    manifests: dict[str, str] = json.loads(rendered)
-    return manifests
+    return chart_render_text(values, kube_version, release=RELEASE, namespace=NAMESPACE)
 
 
 @functools.cache

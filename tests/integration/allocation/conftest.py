@@ -7,26 +7,26 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server, api_server
 from tests.integration.allocation.harness import Cluster
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
+def server() -> Iterator[Server]:
+    with api_server() as running:
         yield running
 
 
 @pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    configuration = client.Configuration(host=server.url)
+def api(server: Server) -> Iterator[client.ApiClient]:
+    configuration = server.configuration()
     configuration.connection_pool_maxsize = 32
     with client.ApiClient(configuration) as api_client:
         yield api_client
 
 
 @pytest.fixture
-def cluster(server: ApiServer, api: client.ApiClient) -> Cluster:
+def cluster(server: Server, api: client.ApiClient) -> Cluster:
     made = Cluster(server, api)
     made.add_classes()
     return made

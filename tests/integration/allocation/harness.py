@@ -22,7 +22,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import AllocationMode
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.slices import SliceSettings, build_resource_slices
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.support import objects, polling
 
 DRIVER = DEFAULT_DRIVER_NAME
@@ -70,7 +70,7 @@ def pod(
 class Cluster:
     """Objects in the embedded API server, through the official client."""
 
-    def __init__(self, server: ApiServer, api: client.ApiClient) -> None:
+    def __init__(self, server: Server, api: client.ApiClient) -> None:
         self.server = server
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -175,7 +175,7 @@ async def start_controller(api: client.ApiClient, **overrides: Any) -> RunningCo
     return RunningController(daemon, task, stop)
 
 
-def kubeconfig_of(server: ApiServer, path: Path) -> Path:
+def kubeconfig_of(server: Server, path: Path) -> Path:
     return server.write_kubeconfig(path)
 
 

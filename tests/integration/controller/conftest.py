@@ -17,7 +17,7 @@ from kubernetes import client, config
 from controller.config import LeaderElection
 from controller.leader import LeaderElector
 from controller.metrics import ControllerMetrics
-from localcluster import ApiServer
+from localcluster.control_planes import Server, api_server
 
 NAMESPACE = "default"
 LEASE = "test-controller"
@@ -34,13 +34,13 @@ FAST = LeaderElection(
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
+def server() -> Iterator[Server]:
+    with api_server() as running:
         yield running
 
 
 @pytest.fixture
-def kubeconfig(server: ApiServer, tmp_path: Path) -> Path:
+def kubeconfig(server: Server, tmp_path: Path) -> Path:
     return server.write_kubeconfig(tmp_path / "kubeconfig")
 
 

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from controller.informer import Event, Informer
 from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.support.objects import claim
 from tests.support.polling import eventually
 
@@ -19,14 +20,14 @@ GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
+def server() -> Iterator[Server]:
     with ApiServer(port=0, history=5, bookmark_interval_s=0.2) as running:
         yield running
 
 
 @pytest.fixture
-def objects(server: ApiServer) -> Iterator[client.CustomObjectsApi]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api:
+def objects(server: Server) -> Iterator[client.CustomObjectsApi]:
+    with server.api_client() as api:
         yield client.CustomObjectsApi(api)
 
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.config import LeaderElection
 from controller.leader import LeaderElector, micro_time
 from controller.metrics import ACQUIRED, LOST, RELEASED, ControllerMetrics
-from localcluster import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.controller.conftest import (
     LEASE,
     NAMESPACE,
@@ -215,7 +215,7 @@ async def test_leader_stops_at_once_when_another_writer_takes_the_lease(
 
 
 async def test_leader_stops_within_renew_deadline_when_the_api_server_is_gone(
-    server: ApiServer, api_client: client.ApiClient
+    server: Server, api_client: client.ApiClient
 ) -> None:
     async with candidates(api_client, "a") as (a,):
         term = await asyncio.wait_for(a.elector.wait_leading(), 15)

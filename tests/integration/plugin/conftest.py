@@ -8,25 +8,25 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from kubernetes import client
 
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server, api_server
 from tests.integration.plugin.harness import RunningPlugin, running_plugin, short_dir
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
+def server() -> Iterator[Server]:
+    with api_server() as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
+def api(server: Server) -> Iterator[client.ApiClient]:
+    with server.api_client() as api_client:
         yield api_client
 
 
 @pytest.fixture
 async def plugin(
-    request: pytest.FixtureRequest, server: ApiServer, api: client.ApiClient
+    request: pytest.FixtureRequest, server: Server, api: client.ApiClient
 ) -> AsyncIterator[RunningPlugin]:
     """The plugin on two fake H100s for the module's node, in a state directory of its own."""
     with short_dir() as root:

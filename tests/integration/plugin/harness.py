@@ -24,7 +24,7 @@ from dra_driver.backends.fake.mps_control import terminate_daemons
 from dra_driver.kubeletapi.client import RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
 from kubeletplugin.daemon import PluginConfig, PluginDaemon
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.support import polling
 
 DRIVER = DEFAULT_DRIVER_NAME
@@ -199,12 +199,12 @@ def allocated(
 
 @contextlib.asynccontextmanager
 async def stopped_plugin(
-    server: ApiServer, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+    server: Server, root: Path, node: str, gpus: str = "H100-SXM5-80GB:2", **extra: Any
 ) -> AsyncIterator[PluginDaemon]:
     """A plugin built as `running_plugin` builds it but not started: its parts (preparer,
     checkpoint store, claim source) for a test that drives one start-up step itself."""
     config = plugin_config(root, node, gpus, **extra)
-    api = client.ApiClient(client.Configuration(host=server.url))
+    api = server.api_client()
     try:
         daemon = await asyncio.to_thread(PluginDaemon, config, api)
         try:
@@ -218,7 +218,7 @@ async def stopped_plugin(
 
 @contextlib.asynccontextmanager
 async def running_plugin(
-    server: ApiServer,
+    server: Server,
     root: Path,
     node: str,
     gpus: str = "H100-SXM5-80GB:2",
@@ -230,7 +230,7 @@ async def running_plugin(
     """With `leave_daemons`, MPS daemons outlive the plugin as they do on a node (the next
     plugin of the same root adopts them, and terminates them when it stops)."""
     config = plugin_config(root, node, gpus, **extra)
-    api = client.ApiClient(client.Configuration(host=server.url))
+    api = server.api_client()
     daemon = await asyncio.to_thread(PluginDaemon, config, api, backend)
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))

@@ -13,6 +13,7 @@ from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from kubeletplugin.prepare.claim_cache import ClaimCache, _interrupt
 from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     MERGE,
     create_claim,
@@ -150,7 +151,7 @@ def reads(running: Any, source: str) -> float:
 
 
 async def test_prepare_uses_the_cache_and_reads_the_api_server_when_it_cannot(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     with short_dir() as root:
         async with running_plugin(server, root, NODE, claim_cache=True) as plugin:

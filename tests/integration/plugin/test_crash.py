@@ -29,7 +29,7 @@ from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from dra_driver.processes import process_alive
 from kubeletplugin.prepare import faults
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     allocated,
@@ -51,7 +51,7 @@ def nodes(api: client.ApiClient) -> None:
 
 
 class PluginProcess:
-    def __init__(self, server: ApiServer, root: Path) -> None:
+    def __init__(self, server: Server, root: Path) -> None:
         self.root = root
         self.kubeconfig = root / "kubeconfig"
         server.write_kubeconfig(self.kubeconfig)
@@ -112,7 +112,7 @@ class PluginProcess:
 
 
 @pytest.fixture
-async def plugin(server: ApiServer, api: client.ApiClient) -> AsyncIterator[PluginProcess]:
+async def plugin(server: Server, api: client.ApiClient) -> AsyncIterator[PluginProcess]:
     with short_dir() as root:
         running = PluginProcess(server, root)
         try:

@@ -16,7 +16,7 @@ from kubernetes import client
 from dra_driver.cdi import CdiSpecDir
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     create_claim,
@@ -43,7 +43,7 @@ def root() -> Iterator[Path]:
         yield path
 
 
-def _argv(server: ApiServer, root: Path, *extra: str) -> list[str]:
+def _argv(server: Server, root: Path, *extra: str) -> list[str]:
     kubeconfig = root / "kubeconfig"
     server.write_kubeconfig(kubeconfig)
     return [
@@ -63,7 +63,7 @@ def _argv(server: ApiServer, root: Path, *extra: str) -> list[str]:
 
 
 async def test_claim_specs_carry_the_driver_files(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     fake = fake_driver_root.build(root / "driver", layout="ubuntu")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_")}
@@ -95,9 +95,7 @@ async def test_claim_specs_carry_the_driver_files(
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec.edits.env
 
 
-async def test_a_missing_driver_root_stops_the_plugin_naming_it(
-    server: ApiServer, root: Path
-) -> None:
+async def test_a_missing_driver_root_stops_the_plugin_naming_it(server: Server, root: Path) -> None:
     missing = root / "no-driver"
     argv = _argv(server, root, f"--driver-root={missing}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_")}

@@ -15,7 +15,7 @@ from kubernetes import client
 from dra_driver.kubeletapi.client import HealthClient
 from dra_driver.kubeletapi.types import Health
 from dra_driver.slices import check_limits
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import DRIVER, create_node, running_plugin, short_dir
 
 NODES = ("node-1", "node-2")
@@ -53,7 +53,7 @@ def taints_of(slices: Sequence[Mapping[str, Any]], device_prefix: str) -> list[A
 
 
 async def test_two_nodes_publish_complete_valid_pools_and_follow_health(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     with short_dir() as root:
         async with (

@@ -28,7 +28,7 @@ from dra_driver.kubeletapi.types import ClaimRef, DeviceHealthStatus, Health
 from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.recovery import recover
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -205,7 +205,7 @@ async def test_whole_gpu_without_mps_gets_no_daemon(
 
 
 async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     ref = share(api, 0, "k", "20", "2Gi")
     with short_dir() as root:
@@ -345,7 +345,7 @@ async def test_mps_with_a_thread_limit_only_describes_just_that(
 
 @contextlib.asynccontextmanager
 async def started_by_hand(
-    server: ApiServer, root: Path, gpus: str = "H100-SXM5-80GB:2", **extra: Any
+    server: Server, root: Path, gpus: str = "H100-SXM5-80GB:2", **extra: Any
 ) -> AsyncIterator[PluginDaemon]:
     """A plugin built and recovered but not run: no loop checks the daemons, so a test makes
     each round of the periodic check itself, as the plugin's loop makes it."""
@@ -360,7 +360,7 @@ async def kill_daemon(pid: int) -> None:
 
 
 async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_check(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     # Unprepare stops a claim's daemons before it destroys the claim's MIG devices; a busy
     # device then fails the unprepare, and the claim, still prepared, needs daemons that are
@@ -408,7 +408,7 @@ async def test_daemons_an_unprepare_stopped_before_failing_are_started_by_one_ch
 
 
 async def test_an_unprepare_retried_before_any_check_finishes_without_the_stopped_daemon(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     # The first unprepare stopped and forgot the claim's daemon, then failed on the busy MIG
     # device. kubelet's retry comes before any check has started the daemon again: there is no
@@ -431,7 +431,7 @@ async def test_an_unprepare_retried_before_any_check_finishes_without_the_stoppe
 
 
 async def test_a_check_kept_waiting_by_a_leaving_claim_still_looks_after_the_next_daemon(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     # The check takes each daemon's GPU lock in turn. kubelet's unprepare of the last share of
     # the first GPU (in UUID order) holds that lock while it stops the daemon, so the check
@@ -478,7 +478,7 @@ def slow_tool(directory: Path) -> tuple[Path, Path, Path]:
 
 
 async def test_a_claim_whose_daemon_is_slow_to_start_or_stop_holds_up_no_other_claim(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     # kubelet prepares and unprepares the claims of different pods in calls of their own, at the
     # same time. A claim waiting for a stuck MPS control tool must not hold up another claim:

@@ -24,7 +24,7 @@ from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.cdi import CdiSpec, CdiSpecDir
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -57,7 +57,7 @@ def nodes(api: client.ApiClient) -> None:
 
 
 @contextlib.asynccontextmanager
-async def nvml_node(server: ApiServer, name: str, **extra: Any) -> AsyncIterator[NvmlNode]:
+async def nvml_node(server: Server, name: str, **extra: Any) -> AsyncIterator[NvmlNode]:
     """A plugin of node `name` on the NVML backend over a fresh stand-in machine, with a driver
     root; `extra` goes to the plugin's configuration."""
     with short_dir() as root:
@@ -82,7 +82,7 @@ async def nvml_node(server: ApiServer, name: str, **extra: Any) -> AsyncIterator
 
 
 @pytest.fixture
-async def node(server: ApiServer) -> AsyncIterator[NvmlNode]:
+async def node(server: Server) -> AsyncIterator[NvmlNode]:
     async with nvml_node(server, NODE) as made:
         yield made
 

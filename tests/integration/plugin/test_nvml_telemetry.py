@@ -17,7 +17,7 @@ from kubernetes import client
 from dra_driver.backends.fake import mps_control as fake_mps_control
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     create_claim,
     create_node,
@@ -65,7 +65,7 @@ def _in_pod(proc_root: Path, pid: int, pod_uid: str) -> None:
 
 
 async def test_two_mps_shares_of_one_gpu_are_told_apart_by_their_pods(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     with short_dir() as tools:
         async with nvml_node(

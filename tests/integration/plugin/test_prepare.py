@@ -16,7 +16,7 @@ from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi import DRA_V1, DRA_V1BETA1, HEALTH_V1ALPHA1, PLUGIN_TYPE
 from dra_driver.kubeletapi.client import DraClient, RegistrationClient
 from dra_driver.kubeletapi.types import ClaimRef
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -286,7 +286,7 @@ async def test_two_claims_for_one_gpu_in_one_call_get_it_once(
         assert (await dra.unprepare([first, second])) == {first.uid: "", second.uid: ""}
 
 
-async def test_specs_in_a_memory_directory(server: ApiServer, api: client.ApiClient) -> None:
+async def test_specs_in_a_memory_directory(server: Server, api: client.ApiClient) -> None:
     # /var/run/cdi is a tmpfs on a node, so specs are written on the event loop there; the other
     # tests keep them on a disk, where a worker thread writes them.
     memory = Path("/dev/shm")

@@ -22,7 +22,7 @@ from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -140,7 +140,7 @@ def _host_tree(base: Path, minor: int) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("made", ["on-demand", "pre-created"])
 async def test_a_mig_device_gets_its_capability_nodes_and_a_gpu_its_own_node(
-    server: ApiServer, api: client.ApiClient, made: str
+    server: Server, api: client.ApiClient, made: str
 ) -> None:
     with short_dir() as root:
         dev, proc = _host_tree(root / "host", 0)

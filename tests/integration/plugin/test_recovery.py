@@ -31,7 +31,7 @@ from dra_driver.processes import process_alive
 from kubeletplugin.daemon import PluginDaemon
 from kubeletplugin.prepare.claims import ClaimSource, KubernetesClaimSource
 from kubeletplugin.prepare.recovery import recover
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -68,7 +68,7 @@ def root() -> Iterator[Path]:
 
 
 def plugin(
-    server: ApiServer, root: Path, *, leave_daemons: bool = False
+    server: Server, root: Path, *, leave_daemons: bool = False
 ) -> contextlib.AbstractAsyncContextManager[RunningPlugin]:
     """The plugin of one node; its fake GPUs keep their state in `root`, across restarts."""
     return running_plugin(
@@ -76,7 +76,7 @@ def plugin(
     )
 
 
-def parts(server: ApiServer, root: Path) -> contextlib.AbstractAsyncContextManager[PluginDaemon]:
+def parts(server: Server, root: Path) -> contextlib.AbstractAsyncContextManager[PluginDaemon]:
     """The same plugin built but not started: a test runs its start-up recovery itself."""
     return stopped_plugin(server, root, NODE, GPUS, fake_state_dir=root / "fake")
 
@@ -119,7 +119,7 @@ def leave_started(root: Path, of: str, **changes: object) -> None:
 
 
 async def test_claims_deleted_while_down_are_unprepared_and_the_rest_put_back(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     kept = create_claim(api, [result("ts", "gpu-0-ts-0", NODE)], [opaque(SLICED)])
     gone = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
@@ -144,7 +144,7 @@ async def test_claims_deleted_while_down_are_unprepared_and_the_rest_put_back(
 
 
 async def test_a_claim_left_half_prepared_is_rolled_back_even_though_it_exists(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     claim = create_claim(api, [result("mig", "gpu-0-mig-2g20gb-4", NODE)])
     async with plugin(server, root) as running:
@@ -161,7 +161,7 @@ async def test_a_claim_left_half_prepared_is_rolled_back_even_though_it_exists(
 
 
 async def test_a_claim_that_changed_no_gpu_and_lost_its_spec_is_dropped(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     whole, other = (create_claim(api, [result("gpu", f"gpu-{i}", NODE)]) for i in (0, 1))
     async with plugin(server, root) as running:
@@ -174,7 +174,7 @@ async def test_a_claim_that_changed_no_gpu_and_lost_its_spec_is_dropped(
 
 
 async def test_a_corrupt_checkpoint_is_reset_with_a_warning_event(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     path = checkpoint_path(root)
     path.parent.mkdir(parents=True)
@@ -194,7 +194,7 @@ async def test_a_corrupt_checkpoint_is_reset_with_a_warning_event(
 
 
 async def test_every_record_is_checked_after_one_whose_spec_is_gone(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     claim = create_claim(api, [result("gpu", "gpu-0", NODE)])
     async with plugin(server, root) as running:
@@ -222,7 +222,7 @@ async def test_every_record_is_checked_after_one_whose_spec_is_gone(
     ids=["rolled-back", "rollback-fails", "unprepare-fails"],
 )
 async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_next(
-    server: ApiServer, api: client.ApiClient, root: Path, state: ClaimState, busy: bool
+    server: Server, api: client.ApiClient, root: Path, state: ClaimState, busy: bool
 ) -> None:
     claim = create_claim(api, [result("mig", "gpu-1-mig-1g10gb-0", NODE)])
     async with plugin(server, root) as running:
@@ -247,7 +247,7 @@ async def test_a_claim_undone_or_kept_at_start_does_not_stop_the_check_of_the_ne
 
 
 async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     made, other = (
         create_claim(api, [result("mig", device, NODE)])
@@ -274,7 +274,7 @@ async def test_a_gpu_instance_made_but_not_recorded_is_found_and_destroyed(
 
 @pytest.mark.parametrize("first", ["whole-gpu", "static-mig"])
 async def test_an_unrecorded_gpu_instance_is_found_behind_the_claims_other_devices(
-    server: ApiServer, api: client.ApiClient, root: Path, first: str
+    server: Server, api: client.ApiClient, root: Path, first: str
 ) -> None:
     # The claim's first device makes nothing on a GPU (a whole GPU, or a MIG device an
     # administrator made); its second is an on-demand MIG device, made but not recorded.
@@ -297,7 +297,7 @@ async def test_an_unrecorded_gpu_instance_is_found_behind_the_claims_other_devic
 
 
 async def test_a_half_prepared_claim_leaves_alone_what_another_claim_made_at_its_placement(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     # The device was handed to a second claim while the first still held it (an allocation
     # gone stale), and the plugin went down while preparing the second, before it made
@@ -316,7 +316,7 @@ async def test_a_half_prepared_claim_leaves_alone_what_another_claim_made_at_its
 
 @pytest.mark.parametrize("left", ["compute-instance-unrecorded", "already-destroyed"])
 async def test_a_gpu_instance_recorded_without_its_compute_instance_is_rolled_back(
-    server: ApiServer, api: client.ApiClient, root: Path, left: str
+    server: Server, api: client.ApiClient, root: Path, left: str
 ) -> None:
     # A crash after the compute instance was made but before it was saved leaves the GPU
     # instance recorded without it; a second crash, after the next start's rollback destroyed
@@ -337,7 +337,7 @@ async def test_a_gpu_instance_recorded_without_its_compute_instance_is_rolled_ba
 
 
 async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for_none(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     # Two shares, each with its GPU's daemon. While the plugin is down, the daemon of one dies,
     # and the other's claim and daemon are lost from the checkpoint (a crash before the first
@@ -371,7 +371,7 @@ async def test_mps_daemons_at_start_are_started_for_their_claims_and_stopped_for
 
 
 async def test_a_recorded_daemon_no_claim_needs_is_stopped_at_start_without_its_pid_file(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     # The checkpoint records a daemon that no claim names, and the daemon's pid file is gone (a
     # tidy-up of the directory, an administrator): the recorded pid is all that still finds it.
@@ -405,7 +405,7 @@ async def test_a_recorded_daemon_no_claim_needs_is_stopped_at_start_without_its_
 
 
 async def test_a_recorded_daemon_whose_pid_another_process_has_now_is_left_alone_at_start(
-    server: ApiServer, api: client.ApiClient, root: Path
+    server: Server, api: client.ApiClient, root: Path
 ) -> None:
     # The checkpoint records a daemon that no claim needs and that is gone, pid file and all;
     # the kernel has since given its pid to another process. Start-up has nothing to stop, and
@@ -431,7 +431,7 @@ async def test_a_recorded_daemon_whose_pid_another_process_has_now_is_left_alone
 
 
 async def test_claims_are_kept_when_the_api_server_cannot_be_reached_during_recovery(
-    server: ApiServer,
+    server: Server,
     api: client.ApiClient,
     root: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -465,7 +465,7 @@ class FlakyClaims:
 
 
 async def test_recovery_reports_what_it_did_with_each_claim_and_spec(
-    server: ApiServer, api: client.ApiClient, root: Path, monkeypatch: pytest.MonkeyPatch
+    server: Server, api: client.ApiClient, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names = ("kept", "gone", "started", "stuck", "stuck-gone")
     made = {
@@ -524,7 +524,7 @@ async def test_recovery_reports_what_it_did_with_each_claim_and_spec(
 
 
 async def test_recovery_reports_and_warns_about_a_reset_checkpoint(
-    server: ApiServer, root: Path
+    server: Server, root: Path
 ) -> None:
     path = checkpoint_path(root)
     path.parent.mkdir(parents=True)

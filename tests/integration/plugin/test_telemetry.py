@@ -20,7 +20,7 @@ from dra_driver.kubeletapi import DRA_V1
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef
 from kubeletplugin.prepare.claims import KubernetesClaimSource
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server
 from tests.integration.plugin.harness import (
     DRIVER,
     create_claim,
@@ -48,7 +48,7 @@ def _idle(api: client.ApiClient, name: str, device: str) -> bool | None:
 
 
 async def test_an_unused_gpu_goes_idle_in_its_claims_status_and_back_when_used(
-    server: ApiServer, api: client.ApiClient
+    server: Server, api: client.ApiClient
 ) -> None:
     with short_dir() as root:
         proc_root, state_dir = root / "proc", root / "fake"
@@ -131,7 +131,7 @@ async def test_an_unused_gpu_goes_idle_in_its_claims_status_and_back_when_used(
             assert registry.get_sample_value("dra_device_idle_seconds", share_labels) == 0.0
 
 
-async def test_an_interval_of_zero_turns_telemetry_off(server: ApiServer) -> None:
+async def test_an_interval_of_zero_turns_telemetry_off(server: Server) -> None:
     with short_dir() as root:
         async with running_plugin(server, root, NODE, telemetry_interval_s=0) as plugin:
             assert plugin.daemon.telemetry is None

@@ -17,20 +17,20 @@ from dra_driver.slices import SliceSettings, build_resource_slices, check_limits
 from kubeletplugin.publisher.plan import NodeOwner
 from kubeletplugin.publisher.publisher import SlicePublisher
 from kubeletplugin.publisher.store import KubernetesSliceStore
-from localcluster.apiserver import ApiServer
+from localcluster.control_planes import Server, api_server
 
 Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ApiServer]:
-    with ApiServer(port=0) as running:
+def server() -> Iterator[Server]:
+    with api_server() as running:
         yield running
 
 
 @pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    config = client.Configuration(host=server.url)
+def api(server: Server) -> Iterator[client.ApiClient]:
+    config = server.configuration()
     with client.ApiClient(config) as api_client:
         yield api_client
 
