@@ -31,6 +31,10 @@ from localcluster.roles.node_agent import (
 )
 from tests.support import objects
 
+# The stand-ins (scheduler, claims from templates, kubelet) themselves, on the embedded server;
+# the upstream tier runs the real control plane instead.
+pytestmark = pytest.mark.embedded_only
+
 Obj = dict[str, Any]
 DRIVER = DEFAULT_DRIVER_NAME
 NODE = "node-a"

@@ -16,6 +16,10 @@ from localcluster import ApiServer
 from localcluster.roles import claims_from_templates, scheduler
 from tests.support import objects
 
+# The stand-ins (scheduler, claims from templates, kubelet) themselves, on the embedded server;
+# the upstream tier runs the real control plane instead.
+pytestmark = pytest.mark.embedded_only
+
 Obj = dict[str, Any]
 DRV = DEFAULT_DRIVER_NAME
 

@@ -11,6 +11,10 @@ from kubernetes import client, dynamic
 from localcluster import ApiServer
 from localcluster.roles import scheduler
 
+# The stand-ins (scheduler, claims from templates, kubelet) themselves, on the embedded server;
+# the upstream tier runs the real control plane instead.
+pytestmark = pytest.mark.embedded_only
+
 Obj = dict[str, Any]
 
 

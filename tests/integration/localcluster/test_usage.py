@@ -181,8 +181,13 @@ async def test_the_idle_pods_device_is_reported_idle_and_the_busy_ones_not(
 
 
 def _events(cluster: LocalCluster, pod_name: str) -> list[Any]:
+    """The node agent's Events on the pod (kube-scheduler posts its own on the real one)."""
     found = client.CoreV1Api(cluster.api).list_namespaced_event("default").items
-    return [e for e in found if e.involved_object.name == pod_name]
+    return [
+        e
+        for e in found
+        if e.involved_object.name == pod_name and e.reporting_component == "node-agent"
+    ]
 
 
 async def test_an_invalid_annotation_keeps_the_pod_from_starting_until_fixed(

@@ -13,11 +13,13 @@ from kubernetes import client
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.backends.fake import FakeBackend
+from dra_driver.inventory.products import known_products
 from dra_driver.slices import SliceSettings, build_resource_slices, check_limits
 from kubeletplugin.publisher.plan import NodeOwner
 from kubeletplugin.publisher.publisher import SlicePublisher
 from kubeletplugin.publisher.store import KubernetesSliceStore
 from localcluster.control_planes import Server, api_server
+from tests.support import polling
 
 Obj = dict[str, Any]
 
@@ -81,7 +83,9 @@ def test_publishes_a_complete_valid_pool_owned_by_the_node(
     assert check_limits(slices) == []
     for obj in slices:
         assert obj["metadata"]["ownerReferences"][0]["uid"] == node.uid
-        kubernetes_validate.validate(obj, "1.36.0", strict=True)
+        # kube-apiserver leaves kind and apiVersion out of a list's items.
+        typed = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **obj}
+        kubernetes_validate.validate(typed, "1.36.0", strict=True)
     # Publishing again with nothing changed writes nothing.
     again = publisher.publish()
     assert (again.written, again.deleted, again.generation) == (0, 0, 1)
@@ -202,4 +206,30 @@ def test_withdraw_and_node_deletion_leave_no_slices(api: client.ApiClient, node:
     assert stored(api, node.name) == []
     publisher.publish()
     client.CoreV1Api(api).delete_node(node.name)
-    assert stored(api, node.name) == []
+    # The garbage collector deletes the Node's dependents: at once on the embedded server, a
+    # moment later in kube-controller-manager.
+    polling.wait_until(lambda: stored(api, node.name) == [], "the node's slices collected")
+
+
+@pytest.mark.parametrize("product", sorted(known_products()))
+@pytest.mark.parametrize("partitionable", [True, False], ids=["partitionable", "fallback"])
+def test_every_fake_gpu_profile_is_stored_as_published(
+    api: client.ApiClient, node: NodeOwner, product: str, partitionable: bool
+) -> None:
+    """Eight GPUs of each product, every MIG placement and share: the API server (on the
+    upstream tier, kube-apiserver 1.37 with its own validation) takes every slice and keeps
+    every device and counter set."""
+    build = Builder(node.name, f"{product}:8")
+    publisher = SlicePublisher(
+        KubernetesSliceStore(api), node, DEFAULT_DRIVER_NAME, lambda _: build(partitionable)
+    )
+    result = publisher.publish()
+    slices = stored(api, node.name)
+    assert result.written == len(slices) > 0 and pool_complete(slices)
+
+    def contents(objects: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+        devices = sorted(d["name"] for o in objects for d in o["spec"].get("devices") or [])
+        counters = sorted(c["name"] for o in objects for c in o["spec"].get("sharedCounters") or [])
+        return devices, counters
+
+    assert contents(slices) == contents(build(partitionable))
