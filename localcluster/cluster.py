@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Self
 import structlog
 from kubernetes import client, dynamic
 
+from controller.config import default_lease_name
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.backends.fake.mps_control import terminate_daemons
 from dra_driver.backends.fake.state import FileStateStore, state_file_name
@@ -184,6 +185,15 @@ class LocalCluster:
     def kubeconfig(self) -> Path:
         """The administrator's kubeconfig (tests, demos and the node agents use it)."""
         return self.workdir / "kubeconfig"
+
+    @property
+    def controller_lease(self) -> tuple[str, str]:
+        """Namespace and name of the controllers' leader-election Lease: the chart's on the
+        real control plane, the controller's defaults on the embedded one."""
+        if self._chart is not None:
+            name = self._chart.controller_env.get("DRA_LEASE_NAME")
+            return self._chart.namespace, name or default_lease_name(self.driver_name)
+        return "default", default_lease_name(self.driver_name)
 
     @property
     def url(self) -> str:

@@ -8,7 +8,7 @@ the CRI on a unix socket and starts nothing, so no container runs and no image i
 
 What a sandbox needs, all in the generated KubeletConfiguration: no QoS cgroup tree and no node
 allocatable enforcement (`cgroupsPerQOS: false`, `enforceNodeAllocatable: []`), no refusal on swap
-(`failSwapOn`) or on a cgroup v1 host (`failCgroupV1`, true by default since 1.35), no hard
+(`failSwapOn`) or on a cgroup v1 host (`failCgroupV1`, true by default in 1.37), no hard
 eviction thresholds (`evictionHard: {}`: the node's pressure conditions must not depend on how
 full the host's disk is), and both of its ports on 127.0.0.1. Its root directory, certificates and
 pod logs live under `workdir`. One path is fixed in kubelet and stays on the host: it makes
@@ -36,6 +36,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,6 @@ class UpstreamKubelet:
                 f"--root-dir={self.root_dir}",
                 f"--cert-dir={self.root_dir / 'pki'}",
                 f"--hostname-override={self.node_name}",
-                "--node-ip=127.0.0.1",
                 "--v=2",
             ],
             self.log_path,
@@ -207,7 +207,7 @@ class UpstreamKubelet:
             raise
         return self
 
-    def _wait(self, name: str, ready: Any, what: str) -> None:
+    def _wait(self, name: str, ready: Callable[[], bool], what: str) -> None:
         component = self.components[name]
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready():
