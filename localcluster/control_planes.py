@@ -19,6 +19,9 @@ from kubernetes import client
 
 CONTROL_PLANES = ("embedded", "upstream")
 
+#: kube-controller-manager's controllers beside an API server on its own (see `api_server`).
+API_SERVER_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
+
 
 def default_control_plane() -> str:
     """`DRA_CONTROL_PLANE` (``embedded`` or ``upstream``), ``embedded`` when unset."""
@@ -46,7 +49,13 @@ class Server(Protocol):
 @contextlib.contextmanager
 def api_server(control_plane: str | None = None, **embedded: Any) -> Iterator[Server]:
     """An API server for one test or module: the embedded one (with `embedded` as its
-    arguments) or the real control plane in a directory of its own, removed afterwards."""
+    arguments) or the real one in a directory of its own, removed afterwards.
+
+    The real one comes with what the embedded server does inside itself and nothing more:
+    kube-controller-manager's garbage collector (dependents of a deleted owner go) and
+    namespace controller (a deleted namespace's objects go), but no kube-scheduler and no
+    resourceclaim controller, which would act on the objects a test sets up by hand; and new
+    Nodes are not tainted `not-ready` (no node lifecycle controller would take it off)."""
     chosen = control_plane or default_control_plane()
     if chosen == "embedded":
         from localcluster.apiserver import ApiServer  # noqa: PLC0415
@@ -58,6 +67,11 @@ def api_server(control_plane: str | None = None, **embedded: Any) -> Iterator[Se
 
     with (
         tempfile.TemporaryDirectory(prefix="dra-cp-", dir="/tmp") as directory,
-        UpstreamControlPlane(Path(directory)) as plane,
+        UpstreamControlPlane(
+            Path(directory),
+            controllers=API_SERVER_CONTROLLERS,
+            scheduler=False,
+            taint_new_nodes=False,
+        ) as plane,
     ):
         yield plane

@@ -111,6 +111,13 @@ class UpstreamControlPlane:
     workdir: Path
     scheduler_config: dict[str, Any] | None = None
     controller_manager_args: tuple[str, ...] = ()
+    #: kube-controller-manager's `--controllers`; None runs its defaults (`*`).
+    controllers: tuple[str, ...] | None = None
+    #: Whether kube-scheduler runs (an API server on its own for API-level tests has none).
+    scheduler: bool = True
+    #: Whether a new Node gets the `node.kubernetes.io/not-ready` taint (the TaintNodesByCondition
+    #: admission plugin); only the node lifecycle controller takes it off again.
+    taint_new_nodes: bool = True
     components: dict[str, Component] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     port: int = 0
@@ -255,7 +262,13 @@ class UpstreamControlPlane:
                 f"--service-account-key-file={pki.service_account_pub}",
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                "--disable-admission-plugins=ServiceAccount",
+                "--disable-admission-plugins="
+                + ",".join(
+                    (
+                        "ServiceAccount",
+                        *(() if self.taint_new_nodes else ("TaintNodesByCondition",)),
+                    )
+                ),
                 f"--feature-gates={DRA_FEATURE_GATES}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 "--max-requests-inflight=1000",
@@ -281,6 +294,7 @@ class UpstreamControlPlane:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--v=1",
+                f"--controllers={','.join(self.controllers or ('*',))}",
                 *self.controller_manager_args,
             ],
         )
@@ -313,13 +327,15 @@ class UpstreamControlPlane:
             self.components["kube-apiserver"].start()
             await self._wait_healthy("kube-apiserver", f"{self.url}/readyz", tls=True)
             self.components["kube-controller-manager"].start()
-            self.components["kube-scheduler"].start()
+            if self.scheduler:
+                self.components["kube-scheduler"].start()
             await self._wait_healthy(
                 "kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", tls=None
             )
-            await self._wait_healthy(
-                "kube-scheduler", f"https://127.0.0.1:{sched_port}/readyz", tls=None
-            )
+            if self.scheduler:
+                await self._wait_healthy(
+                    "kube-scheduler", f"https://127.0.0.1:{sched_port}/readyz", tls=None
+                )
         except BaseException:
             self.stop()
             raise
