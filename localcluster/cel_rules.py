@@ -9,11 +9,17 @@ IPs/CIDRs, sets and `format.*`.
 How this differs from kube-apiserver, and why it is good enough for a test harness:
 * `self` is `dyn`, not typed from the schema: a rule with a type error compiles here and fails
   when evaluated (upstream refuses the CRD);
-* no cost estimate or cost budget (the runtime bounds comprehensions itself);
+* no cost estimate or cost budget (the runtime bounds comprehensions itself): upstream refuses
+  a CRD whose rule or messageExpression it cannot bound, such as one joining `string(self.x)`
+  (an integer's text has no known size) into a message;
 * `oldSelf` follows objects' properties and maps' keys only (upstream also follows the items
   of `x-kubernetes-list-type: map` lists); a transition rule is skipped where no old value is
   found, as upstream skips it on create;
 * root-level rules see `metadata` reduced to `name` and `generateName`, as upstream.
+
+What a failed rule says is upstream's: the field (`fieldPath` resolved against the schema, a
+map's key as `[key]`, the root as `<nil>`), and the message for the rule's `reason` (a
+scalar's value is shown, an object's or list's is not; a duplicate names the value only).
 """
 
 from __future__ import annotations
@@ -87,13 +93,14 @@ def _walk(node: _Node) -> Iterator[_Node]:
         for key, item in value.items():
             if not node.path and key in ("apiVersion", "kind", "metadata"):
                 continue
-            sub = properties.get(key) if key in properties else additional
+            # A property is named as a field (`spec.limit`), a map's entry as a key
+            # (`spec.limit[gpu]`), as kube-apiserver's CEL validator names them.
+            if key in properties:
+                sub, path = properties[key], child(node.path, key)
+            else:
+                sub, path = additional, index(node.path, key)
             if isinstance(sub, Mapping):
-                yield from _walk(
-                    _Node(
-                        sub, item, old.get(key), node.has_old and key in old, child(node.path, key)
-                    )
-                )
+                yield from _walk(_Node(sub, item, old.get(key), node.has_old and key in old, path))
     elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
         for position, item in enumerate(value):
             yield from _walk(_Node(schema["items"], item, None, False, index(node.path, position)))
@@ -129,7 +136,8 @@ def _check_one(rule: Mapping[str, Any], node: _Node) -> StatusCause | None:
         variables["oldSelf"] = node.old
     path = node.path
     if rule.get("fieldPath"):
-        path = f"{path}{rule['fieldPath']}" if path else str(rule["fieldPath"]).lstrip(".")
+        path = field_path(node.schema, node.path, str(rule["fieldPath"]))
+    path = path or ROOT
     reason = str(rule.get("reason") or "FieldValueInvalid")
     try:
         result = evaluate(text, variables)
@@ -137,10 +145,59 @@ def _check_one(rule: Mapping[str, Any], node: _Node) -> StatusCause | None:
         return StatusCause(f"Invalid value: {shown(node.value)}: {failure}", path, reason)
     if result is True:
         return None
-    message = _message(rule, variables)
-    if reason != "FieldValueInvalid":
-        return StatusCause(message, path, reason)
-    return StatusCause(f"Invalid value: {shown(node.value)}: {message}", path, reason)
+    return _failed(reason, node.value, _message(rule, variables), path)
+
+
+#: How kube-apiserver names the root of a custom object in the cause of a rule that fails there.
+ROOT: Final = "<nil>"
+_FIELD_PATH_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|[.\[\]]|[^.\[\]']+")
+
+
+def field_path(schema: Schema, base: str, relative: str) -> str:
+    """A rule's `fieldPath` (`.limit.gpu`, `.limit['gpu']`) from the rule's own field, named as
+    kube-apiserver names it (`ValidFieldPath`): a property as a field, a map's key as a key
+    (`spec.limit[gpu]`)."""
+    path = base
+    for token in _FIELD_PATH_TOKEN.findall(relative):
+        if token in ".[]":
+            continue
+        name = token
+        if token.startswith("'"):
+            name = re.sub(r"\\(.)", r"\1", token[1:-1])
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        if isinstance(properties, Mapping):
+            path = child(path, name)
+            found = properties.get(name)
+        else:
+            path = index(path, name)
+            found = additional
+        schema = found if isinstance(found, Mapping) else {}
+    return path
+
+
+def _failed(reason: str, value: Any, message: str, path: str) -> StatusCause:
+    """The cause of a rule that does not hold, worded as kube-apiserver words it for the rule's
+    `reason`: a duplicate names the value (not the message), an invalid value shows scalars but
+    not objects and lists."""
+    if reason == "FieldValueForbidden":
+        return StatusCause(f"Forbidden: {message}", path, reason)
+    if reason == "FieldValueRequired":
+        return StatusCause(f"Required value: {message}", path, reason)
+    if reason == "FieldValueDuplicate":
+        return StatusCause(f"Duplicate value: {shown(value)}", path, reason)
+    if isinstance(value, (Mapping, list)):
+        return StatusCause(f"Invalid value: {message}", path, reason)
+    return StatusCause(f"Invalid value: {shown(value)}: {message}", path, reason)
+
+
+def has_rules(schema: Schema) -> bool:
+    """Whether `schema` or any schema under it has `x-kubernetes-validations`."""
+    if schema.get(RULES):
+        return True
+    subs = [*(schema.get("properties") or {}).values()]
+    subs += [schema.get("items"), schema.get("additionalProperties")]
+    return any(isinstance(sub, Mapping) and has_rules(sub) for sub in subs)
 
 
 def _message(rule: Mapping[str, Any], variables: Mapping[str, Any]) -> str:

@@ -20,7 +20,11 @@ from kubernetes import client
 CONTROL_PLANES = ("embedded", "upstream")
 
 #: kube-controller-manager's controllers beside an API server on its own (see `api_server`).
-API_SERVER_CONTROLLERS = ("garbage-collector-controller", "namespace-controller")
+API_SERVER_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "disruption-controller",
+)
 
 
 def default_control_plane() -> str:
@@ -52,8 +56,9 @@ def api_server(control_plane: str | None = None, **embedded: Any) -> Iterator[Se
     arguments) or the real one in a directory of its own, removed afterwards.
 
     The real one comes with what the embedded server does inside itself and nothing more:
-    kube-controller-manager's garbage collector (dependents of a deleted owner go) and
-    namespace controller (a deleted namespace's objects go), but no kube-scheduler and no
+    kube-controller-manager's garbage collector (dependents of a deleted owner go), namespace
+    controller (a deleted namespace's objects go) and disruption controller (a
+    PodDisruptionBudget's status, which an eviction reads), but no kube-scheduler and no
     resourceclaim controller, which would act on the objects a test sets up by hand; and new
     Nodes are not tainted `not-ready` (no node lifecycle controller would take it off)."""
     chosen = control_plane or default_control_plane()

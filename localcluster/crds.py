@@ -57,14 +57,35 @@ def _schema(version: Mapping[str, Any]) -> Mapping[str, Any] | None:
 # ---- custom objects -------------------------------------------------------------------------
 
 
+#: Schema errors after which kube-apiserver does not evaluate CEL rules (`hasBlockingErr`):
+#: the rules may assume the types, sizes and required fields the schema promises.
+_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+_RULES_NOT_CHECKED = StatusCause(
+    "Invalid value: null: some validation rules were not checked because the object was "
+    "invalid; correct the existing errors to complete validation",
+    "<nil>",
+)
+
+
 def admit_custom_object(
     schema: Mapping[str, Any], obj: dict[str, Any], old: Mapping[str, Any] | None
 ) -> tuple[dict[str, Any], Sequence[StatusCause]]:
-    """Prune, default and validate one custom object, then evaluate the schema's CEL rules
-    (only when the rest passed: rules may assume the types the schema promises)."""
+    """Prune, default and validate one custom object, then evaluate the schema's CEL rules,
+    unless a blocking schema error came first (then one cause says the rules were skipped)."""
     admitted, problems = openapi_schema.admit_value(schema, obj)
-    if not problems:
-        problems = cel_rules.check_rules(schema, admitted, old)
+    if cel_rules.has_rules(schema):
+        if any(p.reason in _BLOCKING for p in problems):
+            problems.append(_RULES_NOT_CHECKED)
+        else:
+            problems.extend(cel_rules.check_rules(schema, admitted, old))
     return admitted, problems
 
 
@@ -210,24 +231,37 @@ def _version_problems(versions: list[Any]) -> list[StatusCause]:
         problems.append(
             StatusCause("Invalid value: must serve at least one version", "spec.versions")
         )
+    schemas = [_schema(v) if isinstance(v, Mapping) else None for v in versions]
+    # kube-apiserver validates its internal form, where a schema every version shares is held
+    # once, as `spec.validation` (v1 conversion); its errors name that path.
+    shared = (
+        schemas[0] if schemas[0] is not None and all(s == schemas[0] for s in schemas) else None
+    )
     for position, version in enumerate(versions):
         where = f"spec.versions[{position}]"
         if not isinstance(version, Mapping) or not version.get("name"):
             problems.append(StatusCause("Required value", f"{where}.name", "FieldValueRequired"))
             continue
-        schema = _schema(version)
+        schema = schemas[position]
         if schema is None:
             problems.append(
                 StatusCause(
-                    "Required value: schemas are required",
+                    "Required value",
                     f"{where}.schema.openAPIV3Schema",
                     "FieldValueRequired",
                 )
             )
             continue
-        path = f"{where}.schema.openAPIV3Schema"
-        problems.extend(_structural_problems(schema, path, True))
-        problems.extend(StatusCause(m, f) for f, m in cel_rules.rule_problems(schema, path))
+        if shared is None:
+            problems.extend(_schema_problems(schema, f"{where}.schema.openAPIV3Schema"))
+    if shared is not None:
+        problems.extend(_schema_problems(shared, "spec.validation.openAPIV3Schema"))
+    return problems
+
+
+def _schema_problems(schema: Mapping[str, Any], path: str) -> list[StatusCause]:
+    problems = _structural_problems(schema, path, True)
+    problems.extend(StatusCause(m, f) for f, m in cel_rules.rule_problems(schema, path))
     return problems
 
 

@@ -6,7 +6,9 @@ an "already allocated" ResourceClaim in one call, which no real cluster allows; 
 the status through `/status` afterwards, as the controller does.
 
 Facts (kubernetes `pkg/registry/...`):
-* `core/pod/strategy.go`: status reset to `{phase: Pending, qosClass: <computed>}`;
+* `core/pod/strategy.go`: status reset to `{phase: Pending, qosClass: <computed>}`, with the
+  condition `PodScheduled=False` (reason `SchedulingGated`) when the pod has scheduling gates
+  (`applySchedulingGatedCondition`);
 * `core/namespace/strategy.go`: status reset to `{phase: Active}`;
 * `core/node/strategy.go`: "Nodes allow *all* fields, including status, to be set on create"
   (kubelet registers its node with status), so nodes keep it;
@@ -20,12 +22,25 @@ Kinds without a status subresource store `status` like any other field.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
 from localcluster.resources import ResourceType
 
 _KEEPS_STATUS = frozenset({"nodes"})
+
+
+def _scheduling_gated() -> dict[str, Any]:
+    """The condition kube-apiserver writes into a gated pod's status on create."""
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+    }
 
 
 def _resources(container: Mapping[str, Any], which: str) -> Mapping[str, Any]:
@@ -67,7 +82,11 @@ def status_on_create(rt: ResourceType, obj: Mapping[str, Any]) -> dict[str, Any]
     if not rt.has_status or rt.key in _KEEPS_STATUS:
         return dict(sent) if isinstance(sent, Mapping) else None
     if rt.key == "pods":
-        return {"phase": "Pending", "qosClass": pod_qos_class(obj.get("spec") or {})}
+        spec = obj.get("spec") or {}
+        status: dict[str, Any] = {"phase": "Pending", "qosClass": pod_qos_class(spec)}
+        if spec.get("schedulingGates"):
+            status["conditions"] = [_scheduling_gated()]
+        return status
     if rt.key == "namespaces":
         return {"phase": "Active"}
     if rt.key == "resourceclaims.resource.k8s.io":

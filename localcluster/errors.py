@@ -7,6 +7,7 @@ real API server sends.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,27 @@ def invalid(kind: str, group: str, name: str, causes: Sequence[Cause | StatusCau
         group=group,
         causes=causes,
     )
+
+
+class DecodeError(ApiError):
+    """400: a request body that does not decode into its kind's type (`problem` says why), as
+    kube-apiserver's decoder answers it: no details, only the message."""
+
+    def __init__(self, kind: str, version: str, problem: str) -> None:
+        super().__init__(
+            400,
+            "BadRequest",
+            f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
+        )
+        self.problem = problem
+
+
+def undecodable_patch(patched: object, problem: str) -> ApiError:
+    """422 for a patch whose result does not decode. kube-apiserver decodes the patched object
+    after applying the patch (`applyPatchToObject` in the apiserver's `handlers/patch.go`) and
+    reports a failure there as an invalid `patch`, showing the whole patched object."""
+    shown = json.dumps(json.dumps(patched, separators=(",", ":")))
+    return invalid("", "", "", [StatusCause(f"Invalid value: {shown}: {problem}", "patch")])
 
 
 def too_many_requests(message: str, causes: Sequence[StatusCause] = ()) -> ApiError:

@@ -16,11 +16,15 @@ eviction.go`), in the order it applies them:
 
 One deliberate difference: the real handler trusts `status.disruptionsAllowed`, written by the
 disruption controller in kube-controller-manager. The local cluster has no such controller, so
-the budget is computed here, at the time of the request, the way that controller computes it:
-healthy pods are the selected ones that are not terminating and have `Ready=True`; the
-expected count is the number of selected pods (upstream reads it from the pods' controllers'
-scale, which this harness does not serve); percentages round up. The PDB's status is not
-updated.
+the budget is computed here, at the time of the request, the way that controller computes it
+(`getExpectedPodCount` and `updatePdbStatus` in `pkg/controller/disruption/disruption.go`):
+healthy pods are the selected ones that are not terminating and have `Ready=True`; an integer
+`minAvailable` expects every selected pod; `maxUnavailable` and a percentage `minAvailable`
+expect the scale of the pods' controllers, and a pod without a controller counts for none (so
+a budget of bare pods allows no disruption, as upstream). This harness serves no workload
+controllers, so a controller's scale is taken to be the number of selected pods it owns.
+Percentages round up. The PDB's status is not updated, and there is no "still being processed"
+answer (upstream's until the controller has seen the budget).
 """
 
 from __future__ import annotations
@@ -79,9 +83,12 @@ def budget(pdb: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[int, int
     """(disruptions allowed, currently healthy, desired healthy) for the selected pods."""
     spec = pdb.get("spec") or {}
     healthy = sum(1 for p in pods if not _meta(p).get("deletionTimestamp") and pod_ready(p))
-    expected = len(pods)
+    expected = sum(1 for p in pods if _controlled(p))
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - scaled(spec["maxUnavailable"], expected))
+    elif isinstance(spec.get("minAvailable"), int):
+        expected = len(pods)
+        desired = spec["minAvailable"]
     elif spec.get("minAvailable") is not None:
         desired = scaled(spec["minAvailable"], expected)
     else:
@@ -90,6 +97,12 @@ def budget(pdb: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[int, int
     if expected <= 0 or allowed <= 0:
         allowed = 0
     return allowed, healthy, desired
+
+
+def _controlled(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod has a controller (an owner reference with `controller: true`)."""
+    owners = _meta(pod).get("ownerReferences") or ()
+    return any(isinstance(o, Mapping) and o.get("controller") is True for o in owners)
 
 
 def _selects(pdb: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -138,13 +151,16 @@ class Evictions:
                 return self._evict(pods, pod, options)
             if allowed <= 0:
                 pdb_name = _meta(pdb).get("name", "")
+                # `checkAndDecrement`'s words (`pkg/registry/core/pod/storage/eviction.go`).
+                if healthy <= desired:
+                    why = f"needs {desired} healthy pods and has {healthy} currently"
+                else:
+                    why = "does not allow evicting pods currently"
                 raise errors.too_many_requests(
                     VIOLATES,
                     [
                         StatusCause(
-                            f"The disruption budget {pdb_name} needs {desired} healthy pods "
-                            f"and has {healthy} currently",
-                            reason="DisruptionBudget",
+                            f"The disruption budget {pdb_name} {why}", reason="DisruptionBudget"
                         )
                     ],
                 )
@@ -189,7 +205,7 @@ class Evictions:
                 pods,
                 namespace,
                 name,
-                {"metadata": {"resourceVersion": rv}, "status": status},
+                {"metadata": {**meta, "resourceVersion": rv}, "status": status},
                 status=True,
             )
             if preconditions and preconditions.get("resourceVersion"):

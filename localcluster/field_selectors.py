@@ -1,13 +1,15 @@
 """Which field selectors each kind supports, and where each one reads the object.
 
 kube-apiserver answers 400 for a field it cannot select on, so a client that filters on, say,
-`spec.pool.name` fails on a real cluster however well it worked here. Facts, from kubernetes:
+a slice's `spec.pool.generation` fails on a real cluster however well it worked here. Facts,
+from kubernetes:
 * `pkg/apis/core/v1/conversion.go`, the field label conversion funcs of Pod, Node, Event and
   Namespace (their error: `field label not supported: <label>`), with the values from each
   registry's `ToSelectableFields` (`pkg/registry/core/{pod,node,event,namespace}/strategy.go`);
 * `pkg/apis/resource/v1/conversion.go` for ResourceSlice (`metadata.name`, `spec.nodeName`,
-  `spec.driver`; error `field label not supported for resource.k8s.io/v1, Kind=ResourceSlice:
-  <label>`);
+  `spec.driver`, `spec.pool.name`; error `field label not supported for resource.k8s.io/v1,
+  Kind=ResourceSlice: <label>`), values from `toSelectableFields` in
+  `pkg/registry/resource/resourceslice/strategy.go`;
 * every other kind: apimachinery's `runtime.DefaultMetaV1FieldSelectorConversion`
   (`metadata.name`, `metadata.namespace`; error `"<label>" is not a known field selector: only
   "metadata.name", "metadata.namespace"`).
@@ -72,7 +74,10 @@ _FIELDS: Mapping[str, Mapping[str, Field]] = {
         ),
         "source": Field("source.component"),
     },
-    "resourceslices.resource.k8s.io": {**_NAME, **_same("spec.nodeName", "spec.driver")},
+    "resourceslices.resource.k8s.io": {
+        **_NAME,
+        **_same("spec.nodeName", "spec.driver", "spec.pool.name"),
+    },
 }
 
 

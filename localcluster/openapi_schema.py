@@ -186,7 +186,7 @@ def _check(schema: Schema, value: Any, path: str, out: list[StatusCause]) -> Non
     if schema.get(INT_OR_STRING) and (not isinstance(value, int | str) or isinstance(value, bool)):
         out.append(
             StatusCause(
-                f"Invalid value: {shown(value)}: {path} in body must be of type "
+                f'Invalid value: "{json_type(value)}": {path} in body must be of type '
                 f'integer or string: "{json_type(value)}"',
                 path,
                 "FieldValueTypeInvalid",
@@ -197,8 +197,8 @@ def _check(schema: Schema, value: Any, path: str, out: list[StatusCause]) -> Non
     if isinstance(expected, str) and not _type_ok(expected, value):
         out.append(
             StatusCause(
-                f"Invalid value: {shown(value)}: {path} in body must be of type {expected}: "
-                f'"{json_type(value)}"',
+                f'Invalid value: "{json_type(value)}": {path} in body must be of type '
+                f'{expected}: "{json_type(value)}"',
                 path,
                 "FieldValueTypeInvalid",
             )

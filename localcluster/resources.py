@@ -17,6 +17,7 @@ from typing import Any
 
 from dra_driver.validation.defaults import with_defaults
 from localcluster.errors import StatusCause
+from localcluster.pod_defaults import with_pod_defaults
 
 #: (new object, old object or None on create) -> (field path, message) or a cause for each
 #: problem; an empty list accepts the object. It may raise `ApiError` (a value that does not
@@ -61,6 +62,16 @@ class ResourceType:
     singular: str = ""
     list_kind_name: str = ""
     categories: tuple[str, ...] = ()
+    #: Whether `metadata.generation` is kept (1 on create, one more for each change outside
+    #: metadata and status). Upstream only the kinds whose strategy sets it have one; of those
+    #: served by default: pods, PodDisruptionBudgets, ResourceSlices, DeviceClasses, CRDs and
+    #: custom resources (`PrepareForCreate` in each `pkg/registry/.../strategy.go`).
+    tracks_generation: bool = True
+    #: The metadata fields a status write takes from the request; the rest stays as stored.
+    #: Most status strategies reset all of metadata (`metav1.ResetObjectMetaForStatus`); those
+    #: of pods, nodes, namespaces and PDBs only copy the old spec back, so labels, annotations
+    #: and finalizers (and, but for pods, owner references) change with a status write.
+    status_metadata: tuple[str, ...] = ()
     #: Extra discovery entries for subresources served elsewhere (`pods/eviction`).
     subresources: tuple[tuple[tuple[str, Any], ...], ...] = field(default=(), compare=False)
 
@@ -132,9 +143,31 @@ CRD_RESOURCE = ResourceType(
     short_names=("crd", "crds"),
 )
 
+_STATUS_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
+
 DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "Namespace", False, has_status=True, short_names=("ns",)),
-    ResourceType("", "v1", "nodes", "Node", False, has_status=True, short_names=("no",)),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        has_status=True,
+        short_names=("ns",),
+        tracks_generation=False,
+        status_metadata=_STATUS_METADATA,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        has_status=True,
+        short_names=("no",),
+        tracks_generation=False,
+        status_metadata=_STATUS_METADATA,
+    ),
     ResourceType(
         "",
         "v1",
@@ -144,10 +177,15 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         has_status=True,
         short_names=("po",),
         subresources=(_POD_EVICTION,),
+        # A pod's status write keeps its owner references (old kubelets corrupted them).
+        status_metadata=("labels", "annotations", "finalizers"),
+        defaulter=with_pod_defaults,
     ),
-    ResourceType("", "v1", "events", "Event", True, short_names=("ev",)),
-    ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
-    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType("", "v1", "events", "Event", True, short_names=("ev",), tracks_generation=False),
+    ResourceType(
+        "", "v1", "configmaps", "ConfigMap", True, short_names=("cm",), tracks_generation=False
+    ),
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, tracks_generation=False),
     ResourceType(
         "policy",
         "v1",
@@ -156,8 +194,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         True,
         has_status=True,
         short_names=("pdb",),
+        status_metadata=_STATUS_METADATA,
     ),
-    ResourceType(_RESOURCE, "v1", "resourceslices", "ResourceSlice", False),
+    ResourceType(
+        _RESOURCE,
+        "v1",
+        "resourceslices",
+        "ResourceSlice",
+        False,
+        defaulter=functools.partial(with_defaults, "ResourceSlice"),
+    ),
     ResourceType(_RESOURCE, "v1", "deviceclasses", "DeviceClass", False),
     ResourceType(
         _RESOURCE,
@@ -167,6 +213,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         True,
         has_status=True,
         defaulter=functools.partial(with_defaults, "ResourceClaim"),
+        tracks_generation=False,
     ),
     ResourceType(
         _RESOURCE,
@@ -175,6 +222,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         "ResourceClaimTemplate",
         True,
         defaulter=functools.partial(with_defaults, "ResourceClaimTemplate"),
+        tracks_generation=False,
     ),
     CRD_RESOURCE,
 )

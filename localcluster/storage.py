@@ -30,11 +30,11 @@ import secrets
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localcluster import errors
+from localcluster import admin_access, errors
 from localcluster.create_status import status_on_create
 from localcluster.json_copy import copy_json
 from localcluster.patch_strategies import strategies_for
@@ -45,6 +45,21 @@ Obj = dict[str, Any]
 Predicate = Callable[[Mapping[str, Any]], bool]
 _Key = tuple[str, str]
 _NAME_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"
+#: kube-apiserver's words when a patch leaves something other than an object: it reads the
+#: patched document's apiVersion and kind first.
+_NOT_AN_OBJECT = (
+    "couldn't get version/kind; json parse error: json: cannot unmarshal KIND into Go value "
+    'of type struct { APIVersion string "json:\\"apiVersion,omitempty\\""; Kind string '
+    '"json:\\"kind,omitempty\\"" }'
+)
+
+
+def _json_scalar_kind(value: object) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    return "number"
 
 
 @dataclass(frozen=True)
@@ -235,14 +250,17 @@ class Store:
             meta["name"] = name
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = _now()
-            meta["generation"] = 1
+            meta.pop("generation", None)
+            if rt.tracks_generation:
+                meta["generation"] = 1
             for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
                 meta.pop(key, None)
             status = status_on_create(rt, obj)
             obj.pop("status", None)
             if status is not None:
                 obj["status"] = status
-            obj = self._validate(rt, obj, None)
+            first = self._admin_refusal(rt, namespace, obj, None, status=False)
+            obj = self._validate(rt, obj, None, first)
             return copy_json(self._commit(rt, (namespace, name), obj, None, "ADDED"))
 
     def update(
@@ -275,8 +293,12 @@ class Store:
             old = self._existing(rt, namespace, name)
             patched = apply_patch(content_type, old, patch, strategies_for(rt.key))
             if not isinstance(patched, dict):
-                raise errors.bad_request("the patched object is not a JSON object")
-            new = self._merged_for_update(rt, namespace, name, old, patched, status)
+                kind = "array" if isinstance(patched, list) else _json_scalar_kind(patched)
+                raise errors.undecodable_patch(patched, _NOT_AN_OBJECT.replace("KIND", kind))
+            try:
+                new = self._merged_for_update(rt, namespace, name, old, patched, status)
+            except errors.DecodeError as failure:
+                raise errors.undecodable_patch(patched, failure.problem) from None
             return copy_json(self._commit_update(rt, (namespace, name), old, new))
 
     def delete(
@@ -348,9 +370,19 @@ class Store:
             if (namespace, name) not in self._objects[rt.key]:
                 return name
 
+    def _admin_refusal(
+        self, rt: ResourceType, namespace: str, obj: Obj, old: Obj | None, *, status: bool
+    ) -> list[errors.StatusCause]:
+        labels = _meta(self._objects.get("namespaces", {}).get(("", namespace), {})).get("labels")
+        return admin_access.refusal(rt.kind, obj, old, labels, status=status)
+
     @staticmethod
-    def _validate(rt: ResourceType, obj: Obj, old: Obj | None) -> Obj:
-        """The object to store after the type's admission (pruning, defaults) and validation."""
+    def _validate(
+        rt: ResourceType, obj: Obj, old: Obj | None, first: Sequence[errors.StatusCause] = ()
+    ) -> Obj:
+        """The object to store after the type's admission (pruning, defaults) and validation;
+        `first` are causes found before (the namespace-dependent admin-access rule), reported
+        with the validator's as kube-apiserver's strategies do."""
         name = str(_meta(obj).get("name", ""))
         if rt.defaulter is not None:
             obj = rt.defaulter(obj)
@@ -358,10 +390,11 @@ class Store:
             obj, admit_causes = rt.admit(obj, old)
             if admit_causes:
                 raise errors.invalid(rt.kind, rt.group, name, admit_causes)
+        causes: list[errors.Cause | errors.StatusCause] = list(first)
         if rt.validator is not None:
-            causes = list(rt.validator(obj, old))
-            if causes:
-                raise errors.invalid(rt.kind, rt.group, name, causes)
+            causes.extend(rt.validator(obj, old))
+        if causes:
+            raise errors.invalid(rt.kind, rt.group, name, causes)
         return obj
 
     def _merged_for_update(
@@ -400,8 +433,17 @@ class Store:
                 new["status"] = copy_json(body["status"])
             else:
                 new.pop("status", None)
+            for key in rt.status_metadata:
+                if key in meta:
+                    new["metadata"][key] = copy_json(meta[key])
+                else:
+                    new["metadata"].pop(key, None)
             if rt.status_strategy is not None:
-                new, causes = rt.status_strategy(new, old)
+                new, strategy_causes = rt.status_strategy(new, old)
+                causes = [
+                    *self._admin_refusal(rt, namespace, new, old, status=True),
+                    *strategy_causes,
+                ]
                 if causes:
                     raise errors.invalid(rt.kind, rt.group, name, causes)
             if rt.admit is None:
@@ -416,6 +458,7 @@ class Store:
             return kept
         new = self._with_type(rt, body)
         new_meta = new.setdefault("metadata", {})
+        new_meta.pop("generation", None)
         for key in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             if key in old["metadata"]:
                 new_meta[key] = old["metadata"][key]
@@ -428,7 +471,7 @@ class Store:
             if "status" in old:
                 new["status"] = copy_json(old["status"])
         new = self._validate(rt, new, old)
-        if _spec_part(new) != _spec_part(old):
+        if rt.tracks_generation and _spec_part(new) != _spec_part(old):
             new_meta = new["metadata"]
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         return new

@@ -2,9 +2,11 @@
 
 The rules are the shared core's (`dra_driver.validation`), so `simulate` refuses the same
 objects with the same field paths. A value that does not decode (a quantity that does not
-parse, a string where a list belongs) is answered as kube-apiserver answers it, 400 BadRequest;
-every other problem is 422 Invalid with one cause per field. Custom resources (GpuQueue) are
-checked against their CRD's schema and rules instead (`crds.py`), as in a real cluster.
+parse, a string where a list belongs) is answered as kube-apiserver answers it, 400 BadRequest
+without details (422 with the cause `patch` when it is the result of a patch, see
+`Store.patch`); every other problem is 422 Invalid with one cause per field. Custom resources
+(GpuQueue) are checked against their CRD's schema and rules instead (`crds.py`), as in a real
+cluster.
 """
 
 from __future__ import annotations
@@ -19,17 +21,13 @@ from dra_driver.validation import (
     validate_object,
     validate_status_update,
 )
-from localcluster.errors import ApiError, StatusCause
+from localcluster.errors import ApiError, DecodeError, StatusCause
 from localcluster.resources import Admit, Validator
 
 
 def _bad_request(kind: str, version: str, err: UndecodableError) -> ApiError:
-    return ApiError(
-        400,
-        "BadRequest",
-        f'{kind} in version "{version}" cannot be handled as a {kind}: {err.problem}',
-        causes=[StatusCause(err.problem, err.field, "FieldValueInvalid")],
-    )
+    # Upstream's decoder names no field (no `details`); the field stays in `simulate`'s words.
+    return DecodeError(kind, version, err.problem)
 
 
 def _causes(problems: Sequence[FieldError]) -> list[StatusCause]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from typing import Final
+from typing import Any, Final
 
 from dra_driver.cel import checked_ast, messages
 from dra_driver.cel.cost import CostError, describe, estimate
@@ -80,6 +80,51 @@ def _regex_problem(pattern: str) -> str | None:
         return messages.runtime_failure(failure.text)
     outcome = probe.run(runtime.activation({}))
     return None if outcome.error is None else messages.runtime_failure(outcome.error)
+
+
+@functools.lru_cache(maxsize=1024)
+def validation_problem(expression: str) -> str | None:
+    """What kube-apiserver's validation of a selector says when it does not type-check
+    (`validateCELSelector`: "compilation failed: ..." with the checker's report, or a result
+    that is not bool), None when it does. Only the checker runs: kube-apiserver bounds cost with
+    cel-go's estimator, whose numbers ours do not reproduce, so cost is the allocator's to
+    refuse (`CelEnvironment.compile`), and so are trees nested deeper than the runtime parses."""
+    runtime = _runtime()
+    try:
+        parsed = checked_ast.load_parsed(runtime.parse(expression))
+        _, result_type = runtime.check(patch_field_presence_tests(expression, parsed))
+    except RuntimeCompileError as failure:
+        if messages.too_deep(failure.text):
+            return None  # cel-go parses deeper trees than the runtime: not refused upstream
+        return f"compilation failed: {messages.compile_report(failure.text)}"
+    if result_type not in (RESULT_BOOL, RESULT_DYN):
+        return f"must evaluate to bool or the unknown type, not {messages.type_name(result_type)}"
+    return _bad_matches_pattern(expression, parsed)
+
+
+def _bad_matches_pattern(expression: str, parsed: Any) -> str | None:
+    """cel-go's report for a literal `matches` pattern RE2 refuses (it compiles the pattern
+    when it plans the program). A bad literal of `find`/`findAll` fails there too, as an
+    internal error with Go's regexp wording; the allocator refuses those."""
+    for node in checked_ast.walk(parsed.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        call = node.call_expr
+        if call.function != "matches" or not call.args:
+            continue
+        pattern = checked_ast.string_constant(call.args[-1])
+        if pattern is None or _regex_problem(pattern) is None:
+            continue
+        where = checked_ast.position_of(parsed.source_info, call.args[-1].id)
+        if where is None:
+            return "compilation failed: invalid matches argument"
+        line = expression.splitlines()[where.line - 1]
+        dots = "." * (where.column - 1)
+        return (
+            f"compilation failed: ERROR: <input>:{where.line}:{where.column}: "
+            f"invalid matches argument\n | {line}\n | {dots}^"
+        )
+    return None
 
 
 class CompiledSelector:

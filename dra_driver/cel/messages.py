@@ -78,6 +78,19 @@ def compile_failure(text: str) -> tuple[str, SourcePosition | None]:
     return "; ".join(messages), position
 
 
+def compile_report(text: str) -> str:
+    """A runtime compile report as cel-go prints it (`ERROR: <input>:1:4: ...` with the source
+    line and a caret under the position), without the runtime's status around it."""
+    return _strip_status(text)
+
+
+def too_deep(text: str) -> bool:
+    """Whether a runtime report is about nesting beyond the runtime's limit."""
+    return any(
+        replacement == "nesting" and pattern.search(text) for pattern, replacement in _REPHRASED
+    )
+
+
 def runtime_failure(text: str) -> str:
     """One-line message for an evaluation error reported by the runtime or our functions."""
     return _rephrase(" ".join(_strip_status(text).split()))

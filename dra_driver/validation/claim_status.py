@@ -51,11 +51,8 @@ INTERFACE_NAME_MAX = 256
 HARDWARE_ADDRESS_MAX = 128
 POOL_NAME_MAX = 253
 
-_UID_FORM = (
-    "uid must be in RFC 4122 normalized form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with "
-    "lowercase hexadecimal characters"
-)
-_HEX = frozenset("0123456789abcdefABCDEF")
+_UID_FORM = "must be a lowercase UUID in 8-4-4-4-12 format"
+_LOWER_HEX = frozenset("0123456789abcdef")
 _REQUEST_REF = (
     "must be the name of a request in the claim or the name of a request and a subrequest "
     "separated by '/'"
@@ -112,12 +109,16 @@ def validate_claim_status_update(claim: Obj, old: Obj) -> list[FieldError]:
                     )
                 )
     old_allocation = old_status.get("allocation")
+    new_results: list[Obj] = []
     if allocation is not None and old_allocation is not None:
         if allocation != old_allocation:
-            errors.append(invalid("status.allocation", "", "field is immutable"))
+            # Declarative validation's `NoModify` (`validate.NoModify` in apimachinery's
+            # `pkg/api/validate/update.go`) reports it, with no value.
+            errors.append(invalid("status.allocation", None, "field cannot be modified once set"))
     elif allocation is not None:
         errors += _new_results(results, _request_names(claim))
-    return errors
+        new_results = results
+    return errors + _declarative(new_results, decoding.items(status, "devices", "status.devices"))
 
 
 def _reserved_for(status: Obj) -> list[FieldError]:
@@ -150,9 +151,10 @@ def _devices(entries: Sequence[Any], allocated: set[SharedDeviceId]) -> list[Fie
         errors += _device_status(decoding.item_mapping(raw, where), where, allocated)
     seen: set[SharedDeviceId] = set()
     for index, raw in enumerate(entries):
-        key = _shared_id(decoding.item_mapping(raw, "status.devices"))
+        entry = decoding.item_mapping(raw, "status.devices")
+        key = _shared_id(entry)
         if key in seen:
-            errors.append(_shown(ErrorType.DUPLICATE, f"status.devices[{index}]", key, ""))
+            errors.append(_duplicate_entry(f"status.devices[{index}]", entry))
         seen.add(key)
     return errors
 
@@ -163,9 +165,7 @@ def _device_status(entry: Obj, field: str, allocated: set[SharedDeviceId]) -> li
     errors = _identity(entry, field)
     key = _shared_id(entry)
     if key not in allocated:
-        errors.append(
-            _shown(ErrorType.INVALID, field, key, "must be an allocated device in the claim")
-        )
+        errors.append(_not_allocated(field, key))
     conditions = decoding.items(entry, "conditions", f"{field}.conditions")
     if len(conditions) > DEVICE_CONDITIONS_MAX:
         errors.append(too_many(f"{field}.conditions", len(conditions), DEVICE_CONDITIONS_MAX))
@@ -176,8 +176,12 @@ def _device_status(entry: Obj, field: str, allocated: set[SharedDeviceId]) -> li
 
 
 def _identity(entry: Obj, field: str) -> list[FieldError]:
-    """Driver (a CSI driver name), pool (DNS subdomains joined by '/'), device (a DNS label) and
-    the optional share id (a normalized UUID), as in an allocation result."""
+    """Driver (a CSI driver name), pool (DNS subdomains joined by '/') and device (a DNS label),
+    as in an allocation result."""
+    return _driver_and_pool(entry, field) + _device_name(entry, field)
+
+
+def _driver_and_pool(entry: Obj, field: str) -> list[FieldError]:
     driver = decoding.string(entry, "driver", f"{field}.driver")
     errors = (
         [invalid(f"{field}.driver", driver, p) for p in driver_name(driver)]
@@ -185,11 +189,33 @@ def _identity(entry: Obj, field: str) -> list[FieldError]:
         else [required(f"{field}.driver")]
     )
     errors += _pool(decoding.string(entry, "pool", f"{field}.pool"), f"{field}.pool")
+    return errors
+
+
+def _device_name(entry: Obj, field: str) -> list[FieldError]:
     device = decoding.string(entry, "device", f"{field}.device")
-    errors += [invalid(f"{field}.device", device, p) for p in dns1123_label(device)]
-    if entry.get("shareID") is not None:
-        share = decoding.string(entry, "shareID", f"{field}.shareID")
-        errors += _uid(share, f"{field}.shareID")
+    return [invalid(f"{field}.device", device, p) for p in dns1123_label(device)]
+
+
+def _share_id(entry: Obj, field: str) -> list[FieldError]:
+    """The optional share id: a lowercase UUID (declarative validation's `format=k8s-uuid`)."""
+    if entry.get("shareID") is None:
+        return []
+    share = decoding.string(entry, "shareID", f"{field}.shareID")
+    return _uid(share, f"{field}.shareID")
+
+
+def _declarative(results: Sequence[Obj], entries: Sequence[Any]) -> list[FieldError]:
+    """What kube-apiserver checks by declarative validation, whose errors follow the
+    hand-written ones, in field order: a new allocation result's driver, pool and share id,
+    then the share id of each `status.devices` entry."""
+    errors: list[FieldError] = []
+    for index, result in enumerate(results):
+        where = f"status.allocation.devices.results[{index}]"
+        errors += _driver_and_pool(result, where) + _share_id(result, where)
+    for index, raw in enumerate(entries):
+        where = f"status.devices[{index}]"
+        errors += _share_id(decoding.item_mapping(raw, where), where)
     return errors
 
 
@@ -204,33 +230,13 @@ def _pool(name: str, field: str) -> list[FieldError]:
 
 
 def _uid(uid: str, field: str) -> list[FieldError]:
-    """`validateUID`: what `uuid.Validate` accepts, and then only the 36-character lowercase
-    form."""
-    problem = _uuid_problem(uid)
-    if problem:
-        return [invalid(field, uid, f"error validating uid: {problem}")]
-    if len(uid) != 36 or uid != uid.lower():
+    """`validate.K8sUUID`: 36 characters, dashes at 8, 13, 18 and 23, lowercase hexadecimal
+    digits elsewhere."""
+    digits = uid[:8] + uid[9:13] + uid[14:18] + uid[19:23] + uid[24:]
+    dashes = len(uid) == 36 and all(uid[i] == "-" for i in (8, 13, 18, 23))
+    if not dashes or not set(digits) <= _LOWER_HEX:
         return [invalid(field, uid, _UID_FORM)]
     return []
-
-
-def _uuid_problem(text: str) -> str:
-    """`github.com/google/uuid.Validate`'s error for `text` ("" when it accepts it)."""
-    if len(text) == 45:
-        if text[:9].lower() != "urn:uuid:":
-            return f"invalid urn prefix: {json.dumps(text[:9])}"
-        text = text[9:]
-    elif len(text) == 38:
-        if text[0] != "{" or text[-1] != "}":
-            return "invalid bracketed UUID format"
-        text = text[1:-1]
-    elif len(text) == 32:
-        return "" if set(text) <= _HEX else "invalid UUID format"
-    elif len(text) != 36:
-        return f"invalid UUID length: {len(text)}"
-    dashes = all(text[i] == "-" for i in (8, 13, 18, 23))
-    digits = set(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
-    return "" if dashes and digits <= _HEX else "invalid UUID format"
 
 
 def _data(data: object, field: str) -> list[FieldError]:
@@ -307,7 +313,7 @@ def _new_results(results: Sequence[Obj], names: Mapping[str, set[str]]) -> list[
         where = f"{field}[{index}]"
         ref = decoding.string(result, "request", f"{where}.request")
         errors += _request_ref(ref, names, f"{where}.request")
-        errors += _identity(result, where)
+        errors += _device_name(result, where)  # its driver and pool: `_declarative`
     return errors
 
 
@@ -375,10 +381,64 @@ def _consumer(raw: object) -> tuple[str, str, str, str]:
     )
 
 
-def _shown(kind: ErrorType, field: str, key: SharedDeviceId, detail: str) -> FieldError:
-    """An error whose value is a device id, which upstream prints bare through its `String`
-    (`driver/pool/device`, then `/shareID` when there is one)."""
+def _not_allocated(field: str, key: SharedDeviceId) -> FieldError:
+    """`validateDeviceStatus`'s refusal of an entry for a device the allocation does not hold.
+    Its value is a `structured.SharedDeviceID`, a struct without JSON tags, so upstream's
+    message shows it with Go's field names."""
     driver, pool, device, share = key
-    shown = f"{driver}/{pool}/{device}" + (f"/{share}" if share else "")
-    text = f"{kind.words}: {shown}"
-    return FieldError(kind, field, key, detail, f"{text}: {detail}" if detail else text)
+    shown = _go_json({"Driver": driver, "Pool": pool, "Device": device, "ShareID": share})
+    text = f"{ErrorType.INVALID.words}: {shown}: must be an allocated device in the claim"
+    return FieldError(ErrorType.INVALID, field, key, "", text)
+
+
+def _duplicate_entry(field: str, entry: Obj) -> FieldError:
+    """A second entry for the same device. Declarative validation reports it (upstream's
+    uniqueness check of `status.devices` is covered by it) with the whole v1 entry as the value,
+    its fields in the Go type's order and empty optional ones left out."""
+    text = f"{ErrorType.DUPLICATE.words}: {_go_json(_v1_entry(entry))}"
+    return FieldError(ErrorType.DUPLICATE, field, None, "", text)
+
+
+def _go_json(value: object) -> str:
+    """JSON as Go's encoder writes it: compact, non-ASCII as is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _present(
+    mapping: Mapping[str, Any], keys: Sequence[str], always: Sequence[str]
+) -> dict[str, Any]:
+    """`keys` of `mapping` in that order; those in `always` even when absent (as ""), the
+    others only when set (`omitempty`)."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = mapping.get(key)
+        if key in always:
+            out[key] = "" if value is None else value
+        elif value not in (None, "", [], {}, 0):
+            out[key] = value
+    return out
+
+
+def _v1_entry(entry: Obj) -> dict[str, Any]:
+    """A `status.devices` entry in the field order of `resource/v1.AllocatedDeviceStatus`."""
+    shown = _present(
+        entry,
+        ("driver", "pool", "device", "shareID", "conditions", "data", "networkData"),
+        ("driver", "pool", "device"),
+    )
+    if isinstance(shown.get("conditions"), list):
+        shown["conditions"] = [
+            _present(
+                c,
+                ("type", "status", "observedGeneration", "lastTransitionTime", "reason", "message"),
+                ("type", "status", "lastTransitionTime", "reason", "message"),
+            )
+            if isinstance(c, Mapping)
+            else c
+            for c in shown["conditions"]
+        ]
+    if isinstance(shown.get("networkData"), Mapping):
+        shown["networkData"] = _present(
+            shown["networkData"], ("interfaceName", "ips", "hardwareAddress"), ()
+        )
+    return shown

@@ -5,8 +5,9 @@
 `validateSelectorSlice`, `validateDeviceConstraint`, `validateDeviceClaimConfiguration` and the
 size limits of `pkg/apis/resource/types.go`.
 
-CEL expressions are checked for presence and length only: whether one compiles is the
-allocator's to report (it compiles every selector once, with the same environment).
+CEL expressions are checked for presence and length, and type-checked as `validateCELSelector`
+does (`dra_driver.cel.environment.validation_problem`); their cost is the allocator's to bound
+(it compiles every selector once, with the same environment).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from collections.abc import Container, Sequence
 from typing import Any
 
+from dra_driver.cel.environment import validation_problem
 from dra_driver.validation import decoding
 from dra_driver.validation.decoding import Obj
 from dra_driver.validation.field_errors import (
@@ -199,6 +201,10 @@ def _selectors(parent: Obj, field: str) -> list[FieldError]:
             errors.append(required(f"{where}.cel.expression"))
         elif len(expression) > CEL_EXPRESSION_MAX:
             errors.append(too_long(f"{where}.cel.expression", CEL_EXPRESSION_MAX))
+        else:
+            problem = validation_problem(expression)
+            if problem is not None:
+                errors.append(invalid(f"{where}.cel.expression", expression, problem))
     return errors
 
 

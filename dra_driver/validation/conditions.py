@@ -52,7 +52,7 @@ def validate_conditions(conditions: Sequence[Any], field: str) -> list[FieldErro
         condition = decoding.item_mapping(raw, where)
         kind = decoding.string(condition, "type", f"{where}.type")
         if kind in seen:
-            errors.append(duplicate(f"{where}.type", kind))
+            errors.append(duplicate(where, kind))
         seen.add(kind)
         errors += _condition(condition, kind, where)
     return errors
@@ -73,10 +73,10 @@ def _condition(condition: decoding.Obj, kind: str, field: str) -> list[FieldErro
             )
         )
     if not _transition_time(condition, f"{field}.lastTransitionTime"):
-        errors.append(required(f"{field}.lastTransitionTime", "must be set"))
+        errors.append(required(f"{field}.lastTransitionTime"))
     reason = decoding.string(condition, "reason", f"{field}.reason")
     if not reason:
-        errors.append(required(f"{field}.reason", "must be set"))
+        errors.append(required(f"{field}.reason"))
     else:
         if not _REASON_RE.fullmatch(reason):
             errors.append(invalid(f"{field}.reason", reason, _REASON_MSG))

@@ -9,6 +9,10 @@ only a negative count reaches `validateDeviceAllocationMode` and is refused. The
 server applies these on every create and update, and `simulate` to every object it reads, so a
 file means what it would mean once applied to a cluster.
 
+A device taint without `timeAdded` gets the time of the write, to the second
+(`SetDefaults_DeviceTaint`): a NoExecute taint's toleration seconds count from it, so a writer
+that re-sends a taint without the stored time restarts that clock.
+
 Values of the wrong type are left as they are: validation reports them with their field.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -53,10 +58,22 @@ def _template(obj: dict[str, Any]) -> None:
         _claim_spec(spec.get("spec"))
 
 
+def _slice(obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for device in devices if isinstance(devices, list) else []:
+        taints = device.get("taints") if isinstance(device, dict) else None
+        for taint in taints if isinstance(taints, list) else []:
+            if isinstance(taint, dict) and taint.get("timeAdded") is None:
+                taint["timeAdded"] = now
+
+
 #: kind → the defaulting it gets (in place, on a copy made by `with_defaults`).
 DEFAULTERS: Mapping[str, Callable[[dict[str, Any]], None]] = {
     "ResourceClaim": _claim,
     "ResourceClaimTemplate": _template,
+    "ResourceSlice": _slice,
 }
 
 

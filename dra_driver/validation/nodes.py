@@ -20,17 +20,20 @@ def validate_node(node: Obj, old: Obj | None = None) -> list[FieldError]:
     spec = decoding.mapping(node, "spec", "spec")
     for index, raw in enumerate(decoding.items(spec, "taints", "spec.taints")):
         where = f"spec.taints[{index}]"
+        # `ValidateNode` checks the taints under the metadata's path, so kube-apiserver names
+        # them `metadata.taints[...]` (decoding errors keep the JSON path).
+        named = f"metadata.taints[{index}]"
         taint = decoding.item_mapping(raw, where)
         key = decoding.string(taint, "key", f"{where}.key")
         if not key:
-            errors.append(required(f"{where}.key"))
-        errors += [invalid(f"{where}.key", key, p) for p in qualified_name(key) if key]
+            errors.append(required(f"{named}.key"))
+        errors += [invalid(f"{named}.key", key, p) for p in qualified_name(key) if key]
         decoding.string(taint, "value", f"{where}.value")
         effect = decoding.string(taint, "effect", f"{where}.effect")
         if not effect:
-            errors.append(required(f"{where}.effect"))
+            errors.append(required(f"{named}.effect"))
         elif effect not in TAINT_EFFECTS:
-            errors.append(not_supported(f"{where}.effect", effect, TAINT_EFFECTS))
+            errors.append(not_supported(f"{named}.effect", effect, TAINT_EFFECTS))
     status = decoding.mapping(node, "status", "status")
     for key in ("capacity", "allocatable"):
         listed = decoding.mapping(status, key, f"status.{key}")

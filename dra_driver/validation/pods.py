@@ -1,5 +1,5 @@
 """Pods: `ValidatePodCreate`, `ValidatePodSpec` (containers, init containers, resource claims,
-scheduling gates) and the scheduling-gate rule of `ValidatePodUpdate`, from
+scheduling gates) and the scheduling-gate and toleration rules of `ValidatePodUpdate`, from
 `pkg/apis/core/validation/validation.go`.
 
 Only what the project's kinds touch is checked; a field this module does not know is accepted,
@@ -39,7 +39,9 @@ def validate_pod(pod: Obj, old: Obj | None = None) -> list[FieldError]:
                 )
             )
     else:
-        old_gates = set(_gate_names(decoding.mapping(old, "spec", "spec"), "spec.schedulingGates"))
+        old_spec = decoding.mapping(old, "spec", "spec")
+        errors += _only_added_tolerations(spec, old_spec, "spec.tolerations")
+        old_gates = set(_gate_names(old_spec, "spec.schedulingGates"))
         for index, gate in enumerate(gates):
             if gate not in old_gates:
                 errors.append(
@@ -162,6 +164,30 @@ def _pod_claims(spec: Obj, pod_name: str, field: str) -> tuple[list[FieldError],
             if isinstance(value, str):
                 errors += [invalid(f"{where}.{key}", value, p) for p in dns1123_subdomain(value)]
     return errors, names
+
+
+def _toleration(raw: object, field: str) -> tuple[object, ...]:
+    """A toleration as `validateOnlyAddedTolerations` compares it: every field but
+    `tolerationSeconds`, a missing one the same as an empty one."""
+    toleration = decoding.item_mapping(raw, field)
+    return tuple(toleration.get(key) or "" for key in ("key", "operator", "value", "effect"))
+
+
+def _only_added_tolerations(spec: Obj, old_spec: Obj, field: str) -> list[FieldError]:
+    """`validateOnlyAddedTolerations`: an update may add tolerations and change their
+    `tolerationSeconds`, not remove or change one (one error for the whole list)."""
+    new = {
+        _toleration(raw, f"{field}[{index}]")
+        for index, raw in enumerate(decoding.items(spec, "tolerations", field))
+    }
+    for index, raw in enumerate(decoding.items(old_spec, "tolerations", field)):
+        if _toleration(raw, f"{field}[{index}]") not in new:
+            return [
+                forbidden(
+                    field, "existing toleration can not be modified except its tolerationSeconds"
+                )
+            ]
+    return []
 
 
 def _gate_names(spec: Obj, field: str) -> list[str]:

@@ -9,6 +9,7 @@ is 400 with upstream's message. A decoded quantity is then checked by
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from api.errors import ConfigError
@@ -22,6 +23,13 @@ QUANTITY_FORMAT_MESSAGE = (
 )
 
 
+#: A quantity without digits (`Gi`, `-`, `.`, `e3`): `parseQuantityString` reads its missing
+#: number as zero, so kube-apiserver stores `0` where `api.quantity` refuses the text...
+_NO_DIGITS = re.compile(r"[+-]?\.?(?P<suffix>(?:[eEinumkKMGTP]+[-+]?[0-9]*)?)")
+#: ...except where the suffix sends it down the slow path, which needs a number (`Pi`, `Ei`).
+_UNREADABLE_WITHOUT_DIGITS = frozenset({"Pi", "Ei"})
+
+
 def decode_quantity(raw: object, field: str) -> Fraction:
     """The exact value of a quantity written as text or a JSON number."""
     if isinstance(raw, bool) or not isinstance(raw, str | int | float):
@@ -32,7 +40,16 @@ def decode_quantity(raw: object, field: str) -> Fraction:
     try:
         return parse_quantity(text, field).value
     except ConfigError:
-        raise UndecodableError(field, raw, QUANTITY_FORMAT_MESSAGE) from None
+        pass
+    bare = _NO_DIGITS.fullmatch(text)
+    if text and bare is not None and bare["suffix"] not in _UNREADABLE_WITHOUT_DIGITS:
+        try:
+            parse_quantity(f"0{bare['suffix']}", field)
+        except ConfigError:
+            pass
+        else:
+            return Fraction(0)
+    raise UndecodableError(field, raw, QUANTITY_FORMAT_MESSAGE) from None
 
 
 def shown(raw: object) -> str:

@@ -81,6 +81,38 @@ def _stamped(
     return obj
 
 
+_TaintKey = tuple[Any, Any, Any, Any]
+
+
+def _taint_key(device: Mapping[str, Any], taint: Mapping[str, Any]) -> _TaintKey:
+    return (device.get("name"), taint.get("key"), taint.get("value"), taint.get("effect"))
+
+
+def _stored_taint_times(existing: Sequence[Mapping[str, Any]]) -> dict[_TaintKey, str]:
+    """When the server first stored each taint (key, value and effect on a device), over all
+    of the pool's slices, so that a device keeps its taint's time when it moves to another
+    slice."""
+    times: dict[_TaintKey, str] = {}
+    for obj in existing:
+        for device in obj.get("spec", {}).get("devices") or []:
+            for taint in device.get("taints") or []:
+                if taint.get("timeAdded"):
+                    times[_taint_key(device, taint)] = taint["timeAdded"]
+    return times
+
+
+def _keep_taint_times(wanted: dict[str, Any], times: Mapping[_TaintKey, str]) -> None:
+    """Give each wanted taint the `timeAdded` the server stored for it. The server stamps a
+    taint written without one (`SetDefaults_DeviceTaint`); without this every round would
+    differ from what is stored, rewrite the slice and restart the clock that a NoExecute
+    toleration counts from."""
+    for device in wanted.get("spec", {}).get("devices") or []:
+        for taint in device.get("taints") or []:
+            stored = times.get(_taint_key(device, taint))
+            if "timeAdded" not in taint and stored is not None:
+                taint["timeAdded"] = stored
+
+
 def _same(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     """Equal where we write: spec and owner references (the server adds the rest)."""
     return current.get("spec") == wanted.get("spec") and (
@@ -105,8 +137,10 @@ def plan_publication(
     )
     generation = current_generation if in_place and existing else current_generation + 1
     plan = PublishPlan(generation)
+    times = _stored_taint_times(existing)
     for wanted_raw in desired:
         wanted = _stamped(wanted_raw, generation, len(desired), owner)
+        _keep_taint_times(wanted, times)
         current = by_name.get(_name(wanted))
         if current is None:
             plan.creates.append(wanted)

@@ -13,6 +13,9 @@ from kubernetes.client.rest import ApiException
 
 from dra_driver.cli.main import build_parser
 
+# The embedded server's command line (`dra-driver apiserver`): nothing upstream to compare.
+pytestmark = pytest.mark.embedded_only
+
 
 def test_command_is_registered() -> None:
     args = build_parser().parse_args(["apiserver", "--port", "0", "--kubeconfig-out", "k"])

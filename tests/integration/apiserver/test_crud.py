@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from localcluster import ApiServer
+from tests.integration.apiserver.support import Raw, namespaces_fixture
+
+namespaces = namespaces_fixture("ns-a", "ns-b", "dc", "dry", "raw")
 
 
 def _pod(name: str, **meta: object) -> dict[str, object]:
@@ -88,14 +88,15 @@ def test_delete_and_deletecollection(core: client.CoreV1Api) -> None:
 
 
 def test_stale_update_is_conflict(core: client.CoreV1Api) -> None:
-    pod = core.create_namespaced_pod("default", _pod("upd"))
-    pod.metadata.labels = {"v": "1"}
-    updated = core.replace_namespaced_pod("upd", "default", pod)
+    # A ConfigMap: nothing else writes it (kube-scheduler marks an unschedulable pod at once).
+    cm = core.create_namespaced_config_map("default", {"metadata": {"name": "upd"}})
+    cm.metadata.labels = {"v": "1"}
+    updated = core.replace_namespaced_config_map("upd", "default", cm)
     assert updated.metadata.labels == {"v": "1"}
-    assert int(updated.metadata.resource_version) > int(pod.metadata.resource_version)
-    pod.metadata.labels = {"v": "2"}  # still carries the old resourceVersion
+    assert int(updated.metadata.resource_version) > int(cm.metadata.resource_version)
+    cm.metadata.labels = {"v": "2"}  # still carries the old resourceVersion
     with pytest.raises(ApiException) as caught:
-        core.replace_namespaced_pod("upd", "default", pod)
+        core.replace_namespaced_config_map("upd", "default", cm)
     assert caught.value.status == 409
     assert json.loads(caught.value.body)["reason"] == "Conflict"
 
@@ -114,29 +115,32 @@ def test_main_resource_write_never_changes_status(core: client.CoreV1Api) -> Non
     assert after.metadata.labels == {"touched": "yes"}
 
 
-def test_status_write_changes_only_status(core: client.CoreV1Api) -> None:
+def test_a_pod_status_write_keeps_the_spec_and_takes_the_labels(core: client.CoreV1Api) -> None:
+    """The pod status strategy copies the old spec back and nothing else of note: labels and
+    annotations written through `/status` stick (`podStatusStrategy.PrepareForUpdate`; claims
+    and custom resources reset all metadata instead, see test_status_subresource)."""
     core.create_namespaced_pod("default", _pod("st2", labels={"keep": "me"}))
-    body = _pod("st2", labels={"ignored": "yes"})
-    body["status"] = {"phase": "Succeeded"}
+    body = _pod("st2", labels={"from": "status"})
+    body["spec"]["containers"][0]["image"] = "other"  # type: ignore[index]
+    body["status"] = {"phase": "Running"}
     after = core.replace_namespaced_pod_status("st2", "default", body)
-    assert after.status.phase == "Succeeded"
-    assert after.metadata.labels == {"keep": "me"}
+    assert after.status.phase == "Running"
+    assert after.spec.containers[0].image == "busybox"
+    assert after.metadata.labels == {"from": "status"}
     patched = core.patch_namespaced_pod_status(
         "st2",
         "default",
-        {"metadata": {"labels": {"also": "ignored"}}, "status": {"phase": "Failed"}},
+        {"metadata": {"labels": {"also": "set"}}, "status": {"phase": "Succeeded"}},
         _content_type="application/merge-patch+json",
     )
-    assert patched.status.phase == "Failed"
-    assert patched.metadata.labels == {"keep": "me"}
+    assert patched.status.phase == "Succeeded"
+    assert patched.metadata.labels == {"from": "status", "also": "set"}
 
 
-def test_status_subresource_only_where_declared(core: client.CoreV1Api, server: ApiServer) -> None:
+def test_status_subresource_only_where_declared(core: client.CoreV1Api, raw: Raw) -> None:
     core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}, "data": {"a": "1"}})
-    url = f"{server.url}/api/v1/namespaces/default/configmaps/cm/status"
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(url, timeout=5)
-    assert caught.value.code == 404
+    status, _ = raw.send("GET", "/api/v1/namespaces/default/configmaps/cm/status")
+    assert status == 404
 
 
 def test_resource_k8s_io_through_typed_client(resource: client.ResourceV1Api) -> None:
@@ -180,7 +184,8 @@ def test_leases_through_custom_objects(custom: client.CustomObjectsApi) -> None:
         "coordination.k8s.io", "v1", "kube-system", "leases", "leader", lease
     )
     assert replaced["spec"]["holderIdentity"] == "b"
-    assert replaced["metadata"]["generation"] == 2
+    # Leases keep no generation: their strategy never sets one (ResourceSlices do).
+    assert "generation" not in replaced["metadata"]
     with pytest.raises(ApiException) as caught:
         custom.replace_namespaced_custom_object(
             "coordination.k8s.io", "v1", "kube-system", "leases", "leader", lease
@@ -194,32 +199,30 @@ def test_unknown_resource_is_not_found(custom: client.CustomObjectsApi) -> None:
     assert caught.value.status == 404
 
 
-def test_dry_run_is_refused_rather_than_written(core: client.CoreV1Api) -> None:
-    with pytest.raises(ApiException) as caught:
+# kube-apiserver serves dry runs (it answers as if it wrote); the embedded server refuses them
+# with 400 rather than half-support them (docs/architecture.md).
+@pytest.mark.embedded_only
+def test_a_dry_run_is_refused_rather_than_written(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as refused:
         core.create_namespaced_config_map("dry", {"metadata": {"name": "x"}}, dry_run="All")
-    assert caught.value.status == 400
-    assert core.list_namespaced_config_map("dry").items == []
+    assert refused.value.status == 400
+    assert json.loads(refused.value.body)["reason"] == "BadRequest"
+    assert "x" not in [c.metadata.name for c in core.list_namespaced_config_map("dry").items]
 
 
-def test_raw_errors_are_status_objects_and_keep_alive_survives(server: ApiServer) -> None:
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+def test_raw_errors_are_status_objects_and_keep_alive_survives(raw: Raw) -> None:
+    conn = raw.connection()
     try:
         headers = {"Content-Type": "application/json"}
-        conn.request(
-            "POST", "/api/v1/namespaces/raw/configmaps", body=b"{not json", headers=headers
-        )
-        bad = conn.getresponse()
+        bad = raw.request(conn, "POST", "/api/v1/namespaces/raw/configmaps", b"{not json", headers)
         assert bad.status == 400
         assert json.loads(bad.read())["reason"] == "BadRequest"
         sock = conn.sock
-        conn.request("POST", "/api/v1/pods", body=b'{"metadata": {"name": "x"}}', headers=headers)
-        wrong_method = conn.getresponse()
+        body = b'{"metadata": {"name": "x"}}'
+        wrong_method = raw.request(conn, "POST", "/api/v1/pods", body, headers)
         assert wrong_method.status == 405
         assert json.loads(wrong_method.read())["reason"] == "MethodNotAllowed"
-        conn.request("GET", "/api/v1/namespaces/raw/configmaps")
-        assert conn.getresponse().status == 200
+        assert raw.request(conn, "GET", "/api/v1/namespaces/raw/configmaps").status == 200
         assert conn.sock is sock
     finally:
         conn.close()

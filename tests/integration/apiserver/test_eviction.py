@@ -10,6 +10,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.integration.apiserver.support import namespaces_fixture
+from tests.support.polling import wait_until
+
+namespaces = namespaces_fixture("evict")
+
 NS = "evict"
 
 
@@ -42,8 +47,25 @@ def pdb(policy: client.PolicyV1Api, name: str, app: str, **spec: Any) -> None:
 
 
 def evict(core: client.CoreV1Api, name: str) -> Any:
+    """The eviction's answer. kube-apiserver answers 429 "still being processed" until the
+    disruption controller has seen a new budget; that answer is waited out (the embedded
+    server computes the budget at each eviction and never gives it)."""
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=NS))
-    return core.create_namespaced_pod_eviction(name, NS, body, _preload_content=False)
+    answered: list[Any] = []
+
+    def attempt() -> bool:
+        try:
+            answered.append(
+                core.create_namespaced_pod_eviction(name, NS, body, _preload_content=False)
+            )
+        except ApiException as err:
+            if err.status == 429 and "is still being processed" in str(err.body):
+                return False
+            raise
+        return True
+
+    wait_until(attempt, f"an answer to the eviction of {name} that is not 'still processing'")
+    return answered[0]
 
 
 def refused(core: client.CoreV1Api, name: str) -> dict[str, Any]:
@@ -111,7 +133,7 @@ def test_a_budget_with_room_allows_one(core: client.CoreV1Api, policy: client.Po
     for name in ("api-1", "api-2", "api-3"):
         running_pod(core, name, "api")
         core.patch_namespaced_pod(name, NS, {"metadata": {"finalizers": ["example.com/hold"]}})
-    pdb(policy, "api", "api", maxUnavailable="34%")  # 34% of 3, rounded up: 2
+    pdb(policy, "api", "api", minAvailable=1)  # 3 healthy, 1 needed: 2 may go
     evict(core, "api-1")
     evict(core, "api-2")
     assert refused(core, "api-3")["code"] == 429
@@ -126,11 +148,29 @@ def test_unready_pods_use_up_the_budget(core: client.CoreV1Api, policy: client.P
     running_pod(core, "job-1", "job")
     running_pod(core, "job-2", "job")
     running_pod(core, "job-3", "job", ready=False)
-    pdb(policy, "job", "job", maxUnavailable=1)
+    pdb(policy, "job", "job", minAvailable=2)
     assert refused(core, "job-1")["code"] == 429
     # The not-ready pod itself may go: the budget is met without it (IfHealthyBudget).
     evict(core, "job-3")
     assert [exists(core, n) for n in ("job-1", "job-2", "job-3")] == [True, True, False]
+
+
+def test_a_budget_over_pods_without_a_controller_expects_none(
+    core: client.CoreV1Api, policy: client.PolicyV1Api
+) -> None:
+    # maxUnavailable counts against the scale of the pods' controllers; bare pods have none, so
+    # the budget expects no pods and allows no disruption (the disruption controller's rule).
+    for name in ("bare-1", "bare-2"):
+        running_pod(core, name, "bare")
+    pdb(policy, "bare", "bare", maxUnavailable=1)
+    status = refused(core, "bare-1")
+    assert status["code"] == 429
+    assert status["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget bare does not allow evicting pods currently",
+        }
+    ]
 
 
 def test_two_budgets_are_an_error(core: client.CoreV1Api, policy: client.PolicyV1Api) -> None:

@@ -10,6 +10,9 @@ from localcluster.http import Server
 from localcluster.storage import Store
 from tests.integration.apiserver.test_store import TYPES
 
+# The embedded server's own HTTP error handling: nothing upstream to compare.
+pytestmark = pytest.mark.embedded_only
+
 
 @pytest.fixture
 def http_server() -> Server:

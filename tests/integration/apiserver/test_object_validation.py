@@ -28,13 +28,14 @@ def test_each_refused_shape_gets_kube_apiservers_answer(
     assert caught.value.status == row.code
     body = json.loads(caught.value.body)
     assert body["kind"] == "Status" and body["code"] == row.code
-    causes = body["details"]["causes"]
-    assert [c["field"] for c in causes] == [row.field]
     if row.code == 400:
         assert body["reason"] == "BadRequest"
         assert body["message"].startswith(f'{row.kind} in version "v1" cannot be handled as a')
         assert row.message in body["message"]
+        assert "details" not in body  # the decoder names no field (`simulate` does)
     else:
+        causes = body["details"]["causes"]
+        assert [c["field"] for c in causes] == [row.field]
         assert body["reason"] == "Invalid"
         assert body["details"]["name"] == row.name and body["details"]["kind"] == row.kind
         assert row.message in causes[0]["message"]
@@ -176,3 +177,57 @@ def test_node_allocatable_must_be_quantities(core: client.CoreV1Api) -> None:
     assert json.loads(caught.value.body)["details"]["causes"][0]["field"] == (
         "status.allocatable.cpu"
     )
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        (
+            "device.capacity.x > 0",
+            "compilation failed: ERROR: <input>:1:19: found no matching overload for '_>_' "
+            "applied to '(map(string, kubernetes.Quantity), int)'\n"
+            " | device.capacity.x > 0\n"
+            " | ..................^",
+        ),
+        (
+            "foo == 1",
+            "compilation failed: ERROR: <input>:1:1: undeclared reference to 'foo' (in "
+            "container '')\n | foo == 1\n | ^",
+        ),
+        ("device.driver", "must evaluate to bool or the unknown type, not string"),
+        (
+            'device.driver.matches("[")',
+            "compilation failed: ERROR: <input>:1:23: invalid matches argument\n"
+            ' | device.driver.matches("[")\n'
+            " | ......................^",
+        ),
+    ],
+    ids=["type-error", "undeclared", "not-bool", "bad-pattern"],
+)
+def test_a_selector_must_compile(
+    resource: client.ResourceV1Api, expression: str, message: str
+) -> None:
+    # `validateCELSelector`: kube-apiserver type-checks every selector it stores.
+    selectors = [{"cel": {"expression": "true"}}, {"cel": {"expression": expression}}]
+    with pytest.raises(ApiException) as caught:
+        resource.create_device_class(
+            {"metadata": {"name": "bad"}, "spec": {"selectors": selectors}}
+        )
+    body = json.loads(caught.value.body)
+    assert (body["code"], body["reason"]) == (422, "Invalid")
+    shown = json.dumps(expression)
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "field": "spec.selectors[1].cel.expression",
+            "message": f"Invalid value: {shown}: {message}",
+        }
+    ]
+    bad = claim("bad-selector")
+    bad["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = selectors
+    with pytest.raises(ApiException) as caught:
+        resource.create_namespaced_resource_claim("default", bad)
+    causes = json.loads(caught.value.body)["details"]["causes"]
+    assert [(c["reason"], c["field"]) for c in causes] == [
+        ("FieldValueInvalid", "spec.devices.requests[0].exactly.selectors[1].cel.expression")
+    ]

@@ -5,9 +5,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from kubernetes import client, config
 
 from localcluster.apiserver import ApiServer
+
+# The embedded server's request log: kube-apiserver has no such log.
+pytestmark = pytest.mark.embedded_only
 
 
 def test_every_request_is_logged_with_its_method_path_and_whether_it_watches(

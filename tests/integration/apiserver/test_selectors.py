@@ -8,9 +8,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.integration.apiserver.support import namespaces_fixture
+
+namespaces = namespaces_fixture("sel")
+
 
 @pytest.fixture(scope="module", autouse=True)
-def pods(core: client.CoreV1Api) -> None:
+def pods(core: client.CoreV1Api, namespaces: None) -> None:
     specs = {
         "p1": ({"app": "web", "tier": "front"}, "node-a"),
         "p2": ({"app": "web", "tier": "back"}, "node-b"),
@@ -82,12 +86,14 @@ def test_field_selector_on_resource_slices(resource: client.ResourceV1Api) -> No
         )
     found = resource.list_resource_slice(field_selector="spec.driver=gpu.a.com,spec.nodeName=n1")
     assert [s.metadata.name for s in found.items] == ["s1"]
-    # Upstream selects slices on metadata.name, spec.nodeName and spec.driver only.
+    pooled = resource.list_resource_slice(field_selector="spec.pool.name=n2")
+    assert [s.metadata.name for s in pooled.items] == ["s2"]
+    # Upstream selects slices on metadata.name, spec.nodeName, spec.driver and spec.pool.name.
     with pytest.raises(ApiException) as caught:
-        resource.list_resource_slice(field_selector="spec.pool.name=n1")
+        resource.list_resource_slice(field_selector="spec.pool.generation=0")
     assert caught.value.status == 400
     assert json.loads(caught.value.body)["message"] == (
-        "field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: spec.pool.name"
+        "field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: spec.pool.generation"
     )
 
 
@@ -95,7 +101,9 @@ def test_field_selector_on_resource_slices(resource: client.ResourceV1Api) -> No
     ("selector", "expected"),
     [
         ("status.phase=Pending", ["p1", "p2", "p3", "p4"]),
-        ("spec.schedulerName=", ["p1", "p2", "p3", "p4"]),
+        # Selected on the stored pod: the scheduler name is defaulted on create.
+        ("spec.schedulerName=default-scheduler", ["p1", "p2", "p3", "p4"]),
+        ("spec.schedulerName=", []),
         ("spec.hostNetwork=false", ["p1", "p2", "p3", "p4"]),
         ("spec.host=node-b", ["p2"]),
         ("spec.serviceAccountName=x,status.podIP=", []),

@@ -8,6 +8,10 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.integration.apiserver.support import namespaces_fixture
+
+namespaces = namespaces_fixture("st")
+
 NS = "st"
 ALLOCATION = {
     "devices": {

@@ -18,6 +18,9 @@ from localcluster.errors import ApiError
 from localcluster.patch_strategies import STRATEGIES
 from localcluster.resources import DEFAULT_RESOURCES, ResourceType
 from localcluster.strategic_merge import strategic_merge_patch
+from tests.integration.apiserver.support import namespaces_fixture
+
+namespaces = namespaces_fixture("smp")
 
 STRATEGIC = "application/strategic-merge-patch+json"
 NS = "smp"
@@ -66,38 +69,51 @@ def _patch_pod_status(core: client.CoreV1Api, name: str, body: Any) -> dict[str,
     return result
 
 
-def test_containers_merge_by_name_and_their_env_and_ports_by_key(
-    core: client.CoreV1Api, pod: str
-) -> None:
-    after = _patch_pod(
-        core,
-        pod,
-        {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "img:2",
-                        "env": [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}],
-                        "ports": [{"containerPort": 443, "name": "https"}],
-                    }
-                ]
-            }
-        },
-    )
+def test_containers_merge_by_name(core: client.CoreV1Api, pod: str) -> None:
+    # Of a pod's containers only the image may change (`ValidatePodUpdate`); a replacing list
+    # would drop `main`, a lenient merge its env and ports.
+    after = _patch_pod(core, pod, {"spec": {"containers": [{"name": "side", "image": "side:2"}]}})
     main, side = after["spec"]["containers"]
-    assert (main["name"], main["image"], side["name"]) == ("main", "img:2", "side")
-    assert main["env"] == [
-        {"name": "A", "value": "1"},
-        {"name": "B", "value": "20"},
-        {"name": "C", "value": "3"},
-    ]
-    assert main["ports"] == [{"containerPort": 80}, {"containerPort": 443, "name": "https"}]
+    assert (main["name"], main["image"], side["name"], side["image"]) == (
+        "main",
+        "img:1",
+        "side",
+        "side:2",
+    )
+    assert [e["name"] for e in main["env"]] == ["A", "B"]
+    assert [p["containerPort"] for p in main["ports"]] == [80, 443]
+
+
+DEFAULT_TOLERATIONS = [
+    {
+        "key": f"node.kubernetes.io/{taint}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    }
+    for taint in ("not-ready", "unreachable")
+]
 
 
 def test_tolerations_are_atomic(core: client.CoreV1Api, pod: str) -> None:
-    after = _patch_pod(core, pod, {"spec": {"tolerations": [{"key": "t2", "operator": "Exists"}]}})
-    assert after["spec"]["tolerations"] == [{"key": "t2", "operator": "Exists"}]
+    # The patch's list is the new list, whole; then the DefaultTolerationSeconds admission
+    # adds the two it adds to every pod, on update as on create.
+    created = core.api_client.sanitize_for_serialization(core.read_namespaced_pod(pod, NS))
+    assert created["spec"]["tolerations"] == [
+        {"key": "t1", "operator": "Exists"},
+        *DEFAULT_TOLERATIONS,
+    ]
+    tolerations = [{"key": "t2", "operator": "Exists"}, {"key": "t1", "operator": "Exists"}]
+    after = _patch_pod(core, pod, {"spec": {"tolerations": tolerations}})
+    assert after["spec"]["tolerations"] == tolerations + DEFAULT_TOLERATIONS
+    # Tolerations may only be added to (`validateOnlyAddedTolerations`): dropping t2 is refused.
+    with pytest.raises(ApiException) as caught:
+        _patch_pod(core, pod, {"spec": {"tolerations": tolerations[1:]}})
+    status = json.loads(caught.value.body)
+    assert (status["code"], status["reason"]) == (422, "Invalid")
+    assert [(c["reason"], c["field"]) for c in status["details"]["causes"]] == [
+        ("FieldValueForbidden", "spec.tolerations")
+    ]
 
 
 def test_scheduling_gates_merge_and_delete_by_name(core: client.CoreV1Api, pod: str) -> None:
@@ -122,7 +138,8 @@ def test_patch_replace_directive_replaces_the_list(core: client.CoreV1Api, pod: 
 
 def test_finalizers_merge_and_delete_from_primitive_list(core: client.CoreV1Api, pod: str) -> None:
     after = _patch_pod(core, pod, {"metadata": {"finalizers": ["a/two"]}})
-    assert after["metadata"]["finalizers"] == ["a/one", "a/two"]
+    # What the stored list lacks comes first (apimachinery's `mergeSortedSlice`).
+    assert after["metadata"]["finalizers"] == ["a/two", "a/one"]
     after = _patch_pod(
         core,
         pod,
@@ -151,25 +168,32 @@ def test_set_element_order_orders_a_merge_list(core: client.CoreV1Api, pod: str)
 
 
 def test_status_conditions_merge_by_type(core: client.CoreV1Api, pod: str) -> None:
+    # The gated pod's PodScheduled condition is kube-apiserver's, written on create.
+    (gated,) = core.read_namespaced_pod(pod, NS).status.conditions
+    assert (gated.type, gated.status, gated.reason) == ("PodScheduled", "False", "SchedulingGated")
     _patch_pod_status(core, pod, {"status": {"conditions": [{"type": "A", "status": "True"}]}})
     after = _patch_pod_status(
         core, pod, {"status": {"conditions": [{"type": "B", "status": "False"}]}}
     )
     assert [(c["type"], c["status"]) for c in after["status"]["conditions"]] == [
-        ("A", "True"),
         ("B", "False"),
+        ("A", "True"),
+        ("PodScheduled", "False"),
     ]
     statuses = [{"name": "gpu", "resourceClaimName": "claim-a"}]
     after = _patch_pod_status(core, pod, {"status": {"resourceClaimStatuses": statuses}})
     assert after["status"]["resourceClaimStatuses"] == statuses
-    assert len(after["status"]["conditions"]) == 2
+    assert len(after["status"]["conditions"]) == 3
 
 
-def test_element_without_its_merge_key_is_bad_request(core: client.CoreV1Api, pod: str) -> None:
+def test_element_without_its_merge_key_is_a_server_error(core: client.CoreV1Api, pod: str) -> None:
+    # kube-apiserver passes the merge's error on unclassified: 500, no reason.
     with pytest.raises(ApiException) as caught:
         _patch_pod(core, pod, {"spec": {"containers": [{"image": "no-name"}]}})
-    assert caught.value.status == 400
-    assert "does not contain declared merge key: name" in json.loads(caught.value.body)["message"]
+    assert caught.value.status == 500
+    body = json.loads(caught.value.body)
+    assert "reason" not in body
+    assert body["message"] == "map: map[image:no-name] does not contain declared merge key: name"
 
 
 def test_node_taints_are_atomic_and_conditions_merge_by_type(core: client.CoreV1Api) -> None:
@@ -191,10 +215,10 @@ def test_node_taints_are_atomic_and_conditions_merge_by_type(core: client.CoreV1
         {"status": {"conditions": [{"type": "MemoryPressure", "status": "False"}]}},
         _content_type=STRATEGIC,
     )
-    assert [c.type for c in after.status.conditions] == ["Ready", "MemoryPressure"]
+    assert [c.type for c in after.status.conditions] == ["MemoryPressure", "Ready"]
 
 
-def test_claim_reserved_for_merges_by_uid_and_requests_are_atomic(
+def test_claim_reserved_for_merges_by_uid_and_its_spec_is_immutable(
     resource: client.ResourceV1Api,
 ) -> None:
     exactly = {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}
@@ -219,23 +243,31 @@ def test_claim_reserved_for_merges_by_uid_and_requests_are_atomic(
         )
     response = resource.read_namespaced_resource_claim("smp-claim", NS, _preload_content=False)
     claim = json.loads(response.data)
-    assert claim["status"]["reservedFor"] == [first, second]
+    assert claim["status"]["reservedFor"] == [second, first]
     change = {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}}
-    # A claim's spec is immutable (as upstream), so the merge is seen without validation.
+    # A claim's spec is immutable (as upstream).
     with pytest.raises(ApiException) as caught:
         resource.patch_namespaced_resource_claim("smp-claim", NS, change, _content_type=STRATEGIC)
     assert caught.value.status == 422
+
+
+@pytest.mark.embedded_only  # a server of its own, without validators, to see the merge itself
+def test_claim_requests_are_atomic() -> None:
+    exactly = {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}
+    spec = {"devices": {"requests": [{"name": "a", "exactly": exactly}]}}
+    change = {"spec": {"devices": {"requests": [{"name": "b", "exactly": exactly}]}}}
     with ApiServer(validators={}) as lenient:
         api = client.ResourceV1Api(config.new_client_from_config_dict(lenient.kubeconfig()))
         api.create_namespaced_resource_claim(
-            NS, {"metadata": {"name": "smp-claim"}, "spec": claim["spec"]}
+            "default", {"metadata": {"name": "smp-claim"}, "spec": spec}
         )
         after = api.patch_namespaced_resource_claim(
-            "smp-claim", NS, change, _content_type=STRATEGIC, _preload_content=False
+            "smp-claim", "default", change, _content_type=STRATEGIC, _preload_content=False
         )
     assert [r["name"] for r in json.loads(after.data)["spec"]["devices"]["requests"]] == ["b"]
 
 
+@pytest.mark.embedded_only  # `resources=`: a kind served without a CRD
 def test_strategic_patch_of_a_custom_resource_is_unsupported_media_type() -> None:
     widget = ResourceType("example.com", "v1", "widgets", "Widget", True)
     with ApiServer(resources=[*DEFAULT_RESOURCES, widget]) as server:
@@ -308,7 +340,59 @@ def test_new_elements_lose_their_directives() -> None:
     assert merged == {"spec": {"containers": [{"name": "c", "env": [{"name": "E"}]}]}}
 
 
-def test_unknown_patch_directive_is_rejected() -> None:
+def test_unknown_patch_directive_is_a_server_error() -> None:
     with pytest.raises(ApiError) as caught:
         strategic_merge_patch({}, {"spec": {"$patch": "frobnicate"}}, POD_RULES)
-    assert caught.value.code == 400
+    assert caught.value.code == 500
+    assert caught.value.message == "unknown patch type: frobnicate in map: map[$patch:frobnicate]"
+
+
+def test_env_and_ports_merge_by_their_keys() -> None:
+    target = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                    "ports": [{"containerPort": 80}, {"containerPort": 443}],
+                }
+            ]
+        }
+    }
+    patch = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "env": [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}],
+                    "ports": [{"containerPort": 443, "name": "https"}],
+                }
+            ]
+        }
+    }
+    (main,) = strategic_merge_patch(target, patch, POD_RULES)["spec"]["containers"]
+    assert main["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": "B", "value": "20"},
+        {"name": "C", "value": "3"},
+    ]
+    assert main["ports"] == [{"containerPort": 80}, {"containerPort": 443, "name": "https"}]
+
+
+@pytest.mark.parametrize(
+    ("stored", "patched", "merged"),
+    [
+        (["a"], ["b"], ["b", "a"]),  # new elements before the stored ones not yet placed
+        (["a", "b"], ["b"], ["a", "b"]),  # a stored element before a later stored one
+        (["a", "b", "c"], ["c", "x"], ["a", "b", "c", "x"]),
+        (["a", "b", "c"], ["x", "b"], ["x", "a", "b", "c"]),
+        (["b", "a"], ["a", "b"], ["a", "b"]),  # the patch's own order wins
+    ],
+)
+def test_merged_lists_take_upstreams_order(
+    stored: list[str], patched: list[str], merged: list[str]
+) -> None:
+    result = strategic_merge_patch(
+        {"metadata": {"finalizers": stored}}, {"metadata": {"finalizers": patched}}, POD_RULES
+    )
+    assert result["metadata"]["finalizers"] == merged

@@ -12,6 +12,14 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from localcluster import ApiServer
+from tests.integration.apiserver.support import Raw, namespaces_fixture
+
+namespaces = namespaces_fixture("w1", "w2", "w3", "w4", "w5", "w6", "w7", "other-ns", "wl", "ka")
+
+
+#: kube-controller-manager publishes the cluster's CA into every namespace as this ConfigMap;
+#: the watches leave it out, so they see the test's own objects on either control plane.
+MINE = "metadata.name!=kube-root-ca.crt"
 
 
 def _cm(name: str, **labels: str) -> dict[str, Any]:
@@ -25,7 +33,9 @@ def _kinds(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def test_watch_without_rv_lists_then_streams(core: client.CoreV1Api) -> None:
     core.create_namespaced_config_map("w1", _cm("before"))
     seen: list[dict[str, Any]] = []
-    stream = watch.Watch().stream(core.list_namespaced_config_map, "w1", timeout_seconds=5)
+    stream = watch.Watch().stream(
+        core.list_namespaced_config_map, "w1", field_selector=MINE, timeout_seconds=5
+    )
     for event in stream:
         seen.append(event)
         if len(seen) == 1:
@@ -54,7 +64,11 @@ def test_watch_from_resource_version_replays_history(core: client.CoreV1Api) -> 
     core.create_namespaced_config_map("other-ns", _cm("elsewhere"))
     events = []
     for event in watch.Watch().stream(
-        core.list_namespaced_config_map, "w2", resource_version=start, timeout_seconds=5
+        core.list_namespaced_config_map,
+        "w2",
+        resource_version=start,
+        field_selector=MINE,
+        timeout_seconds=5,
     ):
         events.append(event)
         if len(events) == 3:
@@ -110,6 +124,9 @@ def test_field_selector_on_watch(core: client.CoreV1Api) -> None:
     assert _kinds(events) == [("ADDED", "watched-b")]
 
 
+# The embedded server's bookmark pace is a knob (0.2 s here); kube-apiserver sends them about
+# once a minute, longer than a test should wait.
+@pytest.mark.embedded_only
 def test_bookmarks_carry_the_current_resource_version(core: client.CoreV1Api) -> None:
     core.create_namespaced_config_map("w4", _cm("bm"))
     latest = int(core.list_namespaced_config_map("w4").metadata.resource_version)
@@ -134,7 +151,11 @@ def test_timeout_ends_the_stream(core: client.CoreV1Api) -> None:
     latest = core.list_namespaced_config_map("w5").metadata.resource_version
     events = list(
         watch.Watch().stream(
-            core.list_namespaced_config_map, "w5", resource_version=latest, timeout_seconds=1
+            core.list_namespaced_config_map,
+            "w5",
+            resource_version=latest,
+            field_selector=MINE,
+            timeout_seconds=1,
         )
     )
     assert events == []
@@ -146,7 +167,10 @@ def _outgrow_history(core: client.CoreV1Api, namespace: str) -> None:
         core.create_namespaced_config_map(namespace, _cm(f"fill-{i}"))
 
 
-def test_expired_resource_version_is_gone(core: client.CoreV1Api, server: ApiServer) -> None:
+# Both 410 tests outgrow the embedded server's bounded history (`history=50`); kube-apiserver
+# serves any resourceVersion etcd has not compacted yet (compaction runs every 5 minutes).
+@pytest.mark.embedded_only
+def test_expired_resource_version_is_gone(core: client.CoreV1Api) -> None:
     _outgrow_history(core, "w6")
     with pytest.raises(ApiException) as caught:
         for _ in watch.Watch().stream(
@@ -157,6 +181,7 @@ def test_expired_resource_version_is_gone(core: client.CoreV1Api, server: ApiSer
     assert "Expired" in str(caught.value.reason)
 
 
+@pytest.mark.embedded_only
 def test_gone_is_an_error_event_with_a_status(core: client.CoreV1Api) -> None:
     _outgrow_history(core, "w7")
     resp = core.list_namespaced_config_map(
@@ -173,6 +198,7 @@ def test_gone_is_an_error_event_with_a_status(core: client.CoreV1Api) -> None:
     assert event["object"]["reason"] == "Expired"
 
 
+@pytest.mark.embedded_only  # stops the embedded server it starts
 def test_stop_ends_open_watches() -> None:
     import threading
 
@@ -198,20 +224,20 @@ def test_stop_ends_open_watches() -> None:
         assert ended.wait(10)
 
 
-def test_connection_is_reusable_after_a_watch_ends(server: ApiServer) -> None:
+def test_connection_is_reusable_after_a_watch_ends(raw: Raw) -> None:
     """A cleanly ended watch leaves keep-alive intact (closing it raced with client pools)."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn = raw.connection()
     try:
-        conn.request("GET", "/api/v1/namespaces/ka/configmaps?watch=1&timeoutSeconds=0.1")
-        first = conn.getresponse()
+        first = raw.request(
+            conn,
+            "GET",
+            f"/api/v1/namespaces/ka/configmaps?watch=1&timeoutSeconds=1&fieldSelector={MINE}",
+        )
         assert first.status == 200
         assert first.getheader("Transfer-Encoding") == "chunked"
         assert first.read() == b""
         sock = conn.sock
-        conn.request("GET", "/api/v1/namespaces/ka/configmaps")
-        second = conn.getresponse()
+        second = raw.request(conn, "GET", "/api/v1/namespaces/ka/configmaps")
         assert second.status == 200
         assert json.loads(second.read())["kind"] == "ConfigMapList"
         assert conn.sock is sock
@@ -220,18 +246,20 @@ def test_connection_is_reusable_after_a_watch_ends(server: ApiServer) -> None:
 
 
 def test_send_initial_events_ends_the_list_with_a_marked_bookmark(
-    core: client.CoreV1Api, server: ApiServer
+    core: client.CoreV1Api, raw: Raw
 ) -> None:
-    import urllib.request
-
     core.create_namespaced_config_map("wl", _cm("one"))
     core.create_namespaced_config_map("wl", _cm("two"))
-    url = (
-        f"{server.url}/api/v1/namespaces/wl/configmaps?watch=true&sendInitialEvents=true"
+    path = (
+        f"/api/v1/namespaces/wl/configmaps?fieldSelector={MINE}&watch=true&sendInitialEvents=true"
         "&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=5"
     )
-    with urllib.request.urlopen(url, timeout=10) as resp:
+    conn = raw.connection()
+    try:
+        resp = raw.request(conn, "GET", path)
         events = [json.loads(resp.readline()) for _ in range(3)]
+    finally:
+        conn.close()
     assert [(e["type"], e["object"]["metadata"].get("name")) for e in events] == [
         ("ADDED", "one"),
         ("ADDED", "two"),

@@ -22,6 +22,9 @@ from localcluster.resources import ResourceType
 from localcluster.storage import Event, Store
 from localcluster.watch import WatchRequest, parse_start, stream, translate
 
+# The embedded server's watch streams, driven from its `Store`: no HTTP to compare.
+pytestmark = pytest.mark.embedded_only
+
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
 NODES = ResourceType("", "v1", "nodes", "Node", False)

@@ -190,11 +190,35 @@ def plugin_config(root: Path, node: str, gpus: str, **extra: Any) -> PluginConfi
 
 
 def allocated(
-    api: client.ApiClient, *results: Mapping[str, Any], config: Sequence[Mapping[str, Any]] = ()
+    api: client.ApiClient,
+    *results: Mapping[str, Any],
+    config: Sequence[Mapping[str, Any]] = (),
+    namespace: str = "default",
 ) -> ClaimRef:
     """A claim allocated with `results` (and `config`), as kubelet names it to the plugin."""
-    name, uid = create_claim(api, list(results), config)
-    return ClaimRef("default", uid, name)
+    name, uid = create_claim(api, list(results), config, namespace=namespace)
+    return ClaimRef(namespace, uid, name)
+
+
+ADMIN_NAMESPACE = "device-admins"
+
+
+def admin_namespace(api: client.ApiClient) -> str:
+    """A namespace labelled for admin access to devices, which kube-apiserver requires of any
+    claim granted it (`AuthorizedForAdminStatus`); made once per API server."""
+    core = client.CoreV1Api(api)
+    body = {
+        "metadata": {
+            "name": ADMIN_NAMESPACE,
+            "labels": {"resource.kubernetes.io/admin-access": "true"},
+        }
+    }
+    try:
+        core.create_namespace(body)
+    except client.ApiException as failure:
+        if failure.status != 409:
+            raise
+    return ADMIN_NAMESPACE
 
 
 @contextlib.asynccontextmanager

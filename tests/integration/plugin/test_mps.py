@@ -243,13 +243,13 @@ async def test_killed_daemon_is_restarted_and_one_that_keeps_dying_is_reported(
                     for s in _slices(api)
                     for d in s["spec"].get("devices") or []
                 }
-                assert taints["gpu-0-shared"] == [
-                    {
-                        "key": f"{DRIVER}/mps-unhealthy",
-                        "value": "daemon-failing",
-                        "effect": "NoSchedule",
-                    }
-                ]
+                (taint,) = taints["gpu-0-shared"]
+                assert taint.pop("timeAdded")  # stamped by the API server
+                assert taint == {
+                    "key": f"{DRIVER}/mps-unhealthy",
+                    "value": "daemon-failing",
+                    "effect": "NoSchedule",
+                }
                 assert taints["gpu-0"] is None and taints["gpu-1-shared"] is None
                 await eventually(lambda: read_pid(pipe) not in (None, restarted), "another restart")
                 assert plugin.daemon.metrics.mps_restarts._value.get() == 2

@@ -19,6 +19,7 @@ from dra_driver.processes import process_alive
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
+    admin_namespace,
     allocated,
     create_node,
     opaque,
@@ -101,7 +102,7 @@ async def test_a_device_held_by_another_claim_is_refused_even_behind_a_shared_on
         f"(uid {holder.uid}); it can serve one claim at a time"
     )
     # Admin access looks at a device without taking it: it may share a held GPU.
-    watcher = allocated(api, result("g", "gpu-1", NODE, admin=True))
+    watcher = allocated(api, result("g", "gpu-1", NODE, admin=True), namespace=admin_namespace(api))
     assert (await prepare(plugin, watcher)).error == ""
     assert plugin.daemon.mps.running() == {}  # and it is given no MPS daemon
 

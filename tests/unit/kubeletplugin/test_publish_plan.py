@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.backends.fake import FakeBackend
 from dra_driver.slices import SliceSettings, build_resource_slices
+from dra_driver.validation.defaults import with_defaults
 from kubeletplugin.publisher.plan import NodeOwner, PublishPlan, plan_publication
 
 OWNER = NodeOwner("node-a", "uid-node-a")
@@ -30,7 +30,7 @@ class Store:
 
     def write(self, obj: Obj) -> None:
         self.version += 1
-        stored = copy.deepcopy(obj)
+        stored = with_defaults("ResourceSlice", obj)  # a taint's timeAdded, as the server
         stored["metadata"]["resourceVersion"] = str(self.version)
         self.objects[obj["metadata"]["name"]] = stored
 
@@ -87,6 +87,22 @@ def test_changed_content_is_updated_in_place_and_the_pool_never_looks_incomplete
     assert {o["metadata"]["name"] for o in plan.updates} >= {"node-a-gpu-dra-driver-dev-gpu-0"}
     for state in store.steps(plan):
         assert pool_problem(state) is None
+
+
+def test_a_tainted_device_keeps_the_time_the_server_stamped_on_its_taint() -> None:
+    taint = {"key": "gpu.dra-driver.dev/unhealthy", "value": "xid", "effect": "NoExecute"}
+    tainted = desired(taints={0: [taint]})
+    store = Store()
+    store.steps(plan_publication(tainted, [], OWNER))
+    name = "node-a-gpu-dra-driver-dev-gpu-0"
+    (stored,) = store.objects[name]["spec"]["devices"][0]["taints"]
+    stored["timeAdded"] = "2026-01-02T03:04:05Z"  # stamped long ago
+    assert plan_publication(tainted, store.slices(), OWNER).empty
+    # Another change to the same slice keeps the taint's time instead of restarting it.
+    plan = plan_publication(desired(taints={0: [taint]}, timeslice_shares=2), store.slices(), OWNER)
+    store.steps(plan)
+    (kept,) = store.objects[name]["spec"]["devices"][0]["taints"]
+    assert kept == {**taint, "timeAdded": "2026-01-02T03:04:05Z"}
 
 
 @pytest.mark.parametrize(
