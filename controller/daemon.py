@@ -28,10 +28,10 @@ from controller.metrics import ControllerMetrics, MetricsEndpoint
 from controller.queue_metrics import QueueMetrics
 from controller.reconciler import WRITE_CONCURRENCY, Reconciler
 from controller.view import ClusterView
-from controller.workload_profile import WorkloadSource
 from controller.workload_store import ProfileStore, register_metrics
 from dra_driver.kube_client import api_client
 from dra_driver.signals import install_signal_handlers
+from dra_driver.simulation.workload_source import WorkloadSource
 
 log = structlog.get_logger(__name__)
 

@@ -153,6 +153,8 @@ def _pod_state(view: ClusterView, pod: Obj, taken: set[Key]) -> _PodState | Outc
         lacking = view.lacking([pod], nodes)
         nodes = [n for n in nodes if n not in lacking]
         if not nodes:
+            if pinned is None:
+                view.count_turned_away(pod, missing)  # a pod of the workload all the same
             return Unallocatable(f"pod {_pod_name(pod)}: {no_room(lacking)}")
     return _PodState(pod, claims, missing, pinned, nodes, lacking)
 

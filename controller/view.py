@@ -26,8 +26,15 @@ from controller.informer import Event, Key, Obj, key_of, resource_version
 from controller.node_load import NodeLoad, counted_node
 from controller.pod_nodes import Eligibility, constrains_node, eligible_nodes
 from controller.pod_placer import PodPlacer
-from controller.workload_profile import WorkloadSource
-from dra_driver.allocator import AllocationMode, ClusterSnapshot, Placer, Usage, VerdictCache
+from dra_driver.allocator import (
+    AllocationError,
+    AllocationMode,
+    ClusterSnapshot,
+    InputError,
+    Placer,
+    Usage,
+    VerdictCache,
+)
 from dra_driver.allocator.placement import warm_class_verdicts
 from dra_driver.allocator.result import allocation_node
 from dra_driver.allocator.scoring import FragmentationModel
@@ -42,8 +49,9 @@ from dra_driver.noderesources import (
     pod_requests,
 )
 from dra_driver.pod_claims import claim_names, known_claim_names
-from dra_driver.simulation.replay import PodPlacement
-from dra_driver.simulation.workload import PodShape
+from dra_driver.simulation.replay import PodPlacement, plan_pod
+from dra_driver.simulation.workload import PodShape, Workload
+from dra_driver.simulation.workload_source import WorkloadSource
 
 log = structlog.get_logger(__name__)
 
@@ -167,9 +175,13 @@ class ClusterView:
 
     def pod_placer(self) -> PodPlacer:
         """The shared pod placer over the same snapshot and usage as `placer`, made again when
-        that is rebuilt or the profile is replaced."""
+        that is rebuilt or the profile is replaced: the workload is then made again from every
+        count (`WorkloadSource.workload_for`, the refresh `simulate --workload learned`
+        replays). Made afresh past `MAX_GPU_STATES`, it keeps the workload it had, so that
+        bound refreshes nothing."""
         placer = self.placer()
         wanted = (placer, self.profile.epoch)
+        kept: Workload | None = None
         if (
             self._pod_placer is not None
             and self._pod_placer.cluster.index.states_known > MAX_GPU_STATES
@@ -178,32 +190,57 @@ class ClusterView:
                 "pod placer made afresh",
                 gpu_states=self._pod_placer.cluster.index.states_known,
             )
+            if self._pod_placer_for == wanted:
+                kept = self._pod_placer.workload
             self._pod_placer = None
         if self._pod_placer is None or self._pod_placer_for != wanted:
-            self._pod_placer = PodPlacer(
-                placer,
-                self.nodes.values(),
-                self.load,
-                self.profile.workload_for(placer.snapshot),
-            )
+            workload = kept if kept is not None else self._workload_for(placer.snapshot)
+            self._pod_placer = PodPlacer(placer, self.nodes.values(), self.load, workload)
             self._pod_placer_for = wanted
         return self._pod_placer
+
+    def _workload_for(self, snapshot: ClusterSnapshot) -> Workload:
+        workload = self.profile.workload_for(snapshot)
+        skipped = self.profile.skipped
+        if skipped:
+            log.warning(
+                "workload profile entries left out",
+                source=self.profile.source,
+                skipped=len(skipped),
+                first=skipped[0],
+            )
+        return workload
 
     def place_pod(self, pod: Obj, claims: Sequence[Obj], nodes: Iterable[str]) -> PodPlacement:
         """Where the shared pod placer puts `pod`'s `claims` among `nodes`; the pod is counted
         in a learned workload the first time (a waiting pod is decided again and again)."""
-        key = key_of(pod)
-        placement = self.pod_placer().place(pod, claims, nodes, retry=key in self.profile.counted)
-        self.profile.count(key, pod, claims, placement.shape.key)
-        return placement
+        return self.profile.decide(
+            key_of(pod),
+            pod,
+            claims,
+            lambda retry: self.pod_placer().place(pod, claims, nodes, retry=retry),
+        )
 
     def count_unsearched(self, pod: Obj, claims: Sequence[Obj], shape: PodShape) -> None:
         """Count `pod` as `place_pod` would have, where its search was skipped for being bound
         to fail (`decide.NoRoom`): the learned workload must not miss the pods that wait."""
+        self.profile.count_unsearched(
+            key_of(pod), pod, claims, shape, lambda: self.pod_placer().workload
+        )
+
+    def count_turned_away(self, pod: Obj, claims: Sequence[Obj]) -> None:
+        """Count `pod` as `place_pod` would have, where it was turned away before any search
+        because no node has room for its requests: it is a pod of the workload all the same,
+        and `simulate --workload learned` counts it. A pod whose claims cannot be planned has
+        no shape and is not counted (`place_pod` raises before counting it too)."""
         key = key_of(pod)
-        if key not in self.profile.counted:
-            self.pod_placer().workload.observe(shape)
-        self.profile.count(key, pod, claims, shape.key)
+        if self.mode is not AllocationMode.SCORED or key in self.profile.counted:
+            return
+        try:
+            _, shape = plan_pod(self.snapshot, pod_requests(pod), claims)
+        except (InputError, AllocationError):
+            return
+        self.count_unsearched(pod, claims, shape)
 
     @property
     def snapshot(self) -> ClusterSnapshot:

@@ -8,8 +8,9 @@ leader's late write then fails with a conflict instead of overwriting this one's
 logged and tried again at the next interval; placement goes on with what is in memory.
 
 The ConfigMap is plain YAML under `profile.yaml` (`dra_driver.workload_profile`), so a cluster
-admin reads the profile in use with `kubectl get configmap`, and `simulate --workload` takes the
-ConfigMap as it is.
+admin reads the profile in use with `kubectl get configmap`, and `simulate --workload learned`
+replays the learning on from the ConfigMap as it is in its input. What is counted, and when the
+weights move, is `dra_driver.simulation.workload_source`, shared with that replay.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, Gauge
 
 from controller.kube_calls import ControllerApi
-from controller.workload_profile import WorkloadSource
+from dra_driver.simulation.workload_source import WorkloadSource
 from dra_driver.workload_profile import PROFILE_KEY, dump_profile, profile_text
 
 log = structlog.get_logger(__name__)

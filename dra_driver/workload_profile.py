@@ -6,7 +6,9 @@ One format serves three places, so what one writes the others read:
   controller with `--workload-profile` and to `simulate` with `--workload`;
 - the profile the controller learns from the pods it places, kept in a ConfigMap (under the
   key `PROFILE_KEY`) so that a restart or a new leader goes on from it instead of from nothing;
-- `simulate --workload` given that ConfigMap as it is, to predict what the controller does.
+- `simulate --workload learned`, given that ConfigMap in its input, to replay what the
+  controller learns from it on (or `simulate --workload` given it as a file, to weigh by it as
+  it stands).
 
 A profile is a list of entries, each a pod's requests (CPU, memory, ... as in a container's
 `resources.requests`) and the `spec` of each of its ResourceClaims, with a `count` of pods of
@@ -122,6 +124,28 @@ def profile_text(text: str, source: str) -> list[ProfileEntry]:
             raise ValueError(f"workload profile {source}: the ConfigMap has no data.{PROFILE_KEY}")
         return profile_text(inner, f"{source} (data.{PROFILE_KEY})")
     return parse_profile(data, source)
+
+
+def stored_profile(configmaps: Sequence[Mapping[str, Any]]) -> list[ProfileEntry] | None:
+    """The profile the controller keeps in a ConfigMap, among these (the one with
+    `data.PROFILE_KEY`); None when none holds one. ValueError when several do (which is the
+    controller's cannot be told) or the profile is unreadable."""
+    found = [c for c in configmaps if PROFILE_KEY in (c.get("data") or {})]
+    names = [
+        f"{m.get('namespace') or 'default'}/{m.get('name')}"
+        for m in (c.get("metadata") or {} for c in found)
+    ]
+    if len(found) > 1:
+        raise ValueError(
+            f"{len(found)} ConfigMaps hold data.{PROFILE_KEY} ({', '.join(names)}): keep only "
+            "the one the controller keeps its learned workload profile in"
+        )
+    if not found:
+        return None
+    text = found[0]["data"][PROFILE_KEY]
+    if not isinstance(text, str):
+        raise ValueError(f"ConfigMap {names[0]}: data.{PROFILE_KEY} must be a string")
+    return profile_text(text, f"ConfigMap {names[0]} (data.{PROFILE_KEY})")
 
 
 def profile_file(path: str | Path, flag: str) -> list[ProfileEntry]:

@@ -28,7 +28,9 @@ from dra_driver.cli.inputs import ClusterObjects
 from dra_driver.cli.simulate import (
     PodReplay,
     Simulation,
+    WorkloadChoice,
     claims_used_by_pods,
+    learns,
     pending_claims,
     pod_arrivals,
 )
@@ -37,7 +39,6 @@ from dra_driver.simulation.fragindex import Choice
 from dra_driver.simulation.pods import key_of
 from dra_driver.simulation.replay import Cluster, PodPlacement
 from dra_driver.simulation.tie_order import Ties
-from dra_driver.workload_profile import ProfileEntry
 
 RUNNERS_UP = 3
 """Ranked nodes shown after the chosen one."""
@@ -47,9 +48,10 @@ def explain_pod(
     objects: ClusterObjects,
     target: str,
     mode: AllocationMode,
-    profile: Sequence[ProfileEntry] | None = None,
+    profile: WorkloadChoice = None,
 ) -> list[str]:
-    """`profile`: the workload to weigh by instead of the input's pods (`--workload`)."""
+    """`profile`: the workload to weigh by instead of the input's pods (`--workload`; `LEARNED`:
+    as the controller learns it, the pods then replayed in creation order)."""
     if "/" not in target:
         target = f"default/{target}"
     if objects.queues:
@@ -58,7 +60,7 @@ def explain_pod(
             "without queues (placed on arrival or never), so remove the GpuQueues to see how "
             "the pod is placed on arrival"
         )
-    arrivals = pod_arrivals(objects.pods)
+    arrivals = pod_arrivals(objects.pods, by_creation=learns(profile))
     if all(key_of(pod) != target for _, _, pod in arrivals):
         raise InputError(f"--pod {target}: no such Pod in the input")
     run = Simulation(objects, mode, profile)

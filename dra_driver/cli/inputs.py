@@ -29,6 +29,7 @@ KINDS = (
     "Node",
     "Pod",
     "GpuQueue",
+    "ConfigMap",
 )
 
 
@@ -47,6 +48,8 @@ class ClusterObjects:
     """In file order: `simulate` places them after the claims no pod uses."""
     queues: list[dict[str, Any]] = field(default_factory=list)
     """GpuQueue objects: when any is given, `simulate` replays the pods through queues."""
+    configmaps: list[dict[str, Any]] = field(default_factory=list)
+    """Read only by `--workload learned`: the controller's learned profile, kept in one."""
 
 
 def _add(objects: ClusterObjects, doc: object, where: str) -> None:
@@ -74,6 +77,7 @@ def _add(objects: ClusterObjects, doc: object, where: str) -> None:
         "Node": objects.nodes,
         "Pod": objects.pods,
         "GpuQueue": objects.queues,
+        "ConfigMap": objects.configmaps,
     }[kind]
     target.append(dict(doc))
 

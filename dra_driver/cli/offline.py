@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dra_driver.allocator import AllocationMode, InputError
 from dra_driver.cli.inputs import InputFileError, load_objects
@@ -42,12 +42,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workload",
-        type=Path,
-        metavar="FILE",
+        metavar="FILE|learned",
         help=(
-            "scored mode: weigh pod placement by this workload profile (the controller's "
-            "--workload-profile format, or the ConfigMap the controller keeps its learned "
-            "profile in) instead of by the input's pods, as the controller does"
+            "scored mode: what pod placement weighs by instead of the input's pods. FILE: this "
+            "workload profile, fixed (the controller's --workload-profile format, or a "
+            "ConfigMap holding one), as a controller started with --workload-profile FILE "
+            "weighs; learned: what a controller without --workload-profile learns, each pod "
+            "weighed by the pods decided before it (from the counts of the controller's "
+            "ConfigMap when the input holds it), the pods decided in creation order. A file "
+            "named learned is ./learned"
         ),
     )
 
@@ -132,9 +135,14 @@ def _progress() -> Progress | None:
     return show
 
 
-def read_profile(path: Path | None) -> list[ProfileEntry] | None:
-    """The workload profile of `--workload`; ValueError naming the file and field."""
-    return None if path is None else profile_file(path, "--workload")
+def read_profile(value: str | None) -> list[ProfileEntry] | Literal["learned"] | None:
+    """What `--workload` names: the profile of a file (ValueError naming the file and field),
+    or `learned`."""
+    if value is None:
+        return None
+    if value == "learned":
+        return "learned"
+    return profile_file(value, "--workload")
 
 
 def run_simulate(args: argparse.Namespace) -> int:

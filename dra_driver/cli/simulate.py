@@ -9,6 +9,13 @@ are placed by the simulation engine in arrival order: a pod needs room for its C
 requests as well as for its claims, which is what decides where real workloads land. A pod with a
 departure time gives its node resources and claims back before any later arrival.
 
+In scored mode the pods are weighed by the input's pods, all of them known from the start; by a
+workload profile (`--workload FILE`, as the controller weighs by its `--workload-profile`); or,
+with `--workload learned`, by what the controller would have learned from the pods decided before
+each one (`dra_driver.simulation.workload_source`, the controller's own rule), starting from the
+profile in the controller's ConfigMap when the input holds it; the pods are then decided in
+creation order, as the controller decides pods created one at a time.
+
 When the file also holds GpuQueue objects, the pods are replayed through queues instead
 (`dra_driver.simulation.queued`): a pod that cannot be placed waits in its queue and is decided
 again whenever the cluster changes, in the controller's order and within its limits, with
@@ -24,7 +31,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from dra_driver.allocator import (
     AllocationError,
@@ -45,7 +52,20 @@ from dra_driver.simulation.queue_report import QueueReport, build_report
 from dra_driver.simulation.queued import QueuedReplay
 from dra_driver.simulation.replay import Cluster, PodPlacement, PodPolicy, workload_of
 from dra_driver.simulation.workload import Workload
-from dra_driver.workload_profile import ProfileEntry
+from dra_driver.simulation.workload_source import WorkloadSource
+from dra_driver.workload_profile import ProfileEntry, stored_profile
+
+LEARNED: Final = "learned"
+"""`--workload learned`: weigh each pod by what the controller would have learned before it."""
+
+WorkloadChoice = Sequence[ProfileEntry] | Literal["learned"] | None
+"""What scored placement weighs by: a profile, the controller's learning, or (None) the input's
+pods."""
+
+
+def learns(profile: WorkloadChoice) -> bool:
+    """Whether the controller's learning is replayed (`--workload learned`)."""
+    return isinstance(profile, str) and profile == LEARNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +126,14 @@ class Simulation:
         self,
         objects: ClusterObjects,
         mode: AllocationMode,
-        profile: Sequence[ProfileEntry] | None = None,
+        profile: WorkloadChoice = None,
     ) -> None:
         self.objects = objects
         self.profile = profile
-        """A workload profile to weigh by (`--workload`), instead of the input's pods."""
+        """A workload profile to weigh by (`--workload`), or `LEARNED`, instead of the input's
+        pods."""
+        self.learned: WorkloadSource | None = None
+        """With `LEARNED`: the controller's learning, replayed (made by `input_workload`)."""
         self.warnings: list[str] = []
         self.snapshot = ClusterSnapshot.build(objects.slices, objects.classes, objects.nodes)
         self.usage = Usage()
@@ -150,13 +173,13 @@ def simulate_all(
     mode: AllocationMode,
     progress: Progress | None = None,
     report: Sequence[ReportPoint] = (),
-    profile: Sequence[ProfileEntry] | None = None,
+    profile: WorkloadChoice = None,
     warnings: list[str] | None = None,
 ) -> Outcomes:
     """Claims no pod uses first, in file order, then the pods; InputError for malformed input,
     or for share points in `report` when the input publishes no GPUs. `profile`: the workload
-    to weigh by instead of the input's pods; its entries left out (a class the input lacks)
-    are added to `warnings`."""
+    to weigh by instead of the input's pods (`LEARNED`: as the controller learns it); its
+    entries left out (a class the input lacks) are added to `warnings`."""
     run = Simulation(objects, mode, profile)
     if warnings is not None:
         run.warnings = warnings
@@ -222,9 +245,22 @@ def input_workload(
     run: Simulation, objects: ClusterObjects, claims: Mapping[str, Mapping[str, Any]]
 ) -> Workload:
     """Every pod of the input, each once: the workload the scored mode weighs by; or the
-    profile given instead (as the controller weighs by its configured or learned profile)."""
-    if run.profile is not None:
-        workload, skipped = workload_of_profile(run.snapshot, run.profile)
+    profile given instead (as the controller weighs by its configured profile); or, with
+    `LEARNED`, the controller's learned workload as it stood before the input's pods: the
+    counts of its ConfigMap in the input, or none (`run.learned` then counts the pods as they
+    are decided)."""
+    profile = run.profile
+    if isinstance(profile, str):  # LEARNED
+        source = WorkloadSource()
+        kept = stored_profile(objects.configmaps)
+        if kept is not None:
+            source.restore(kept)
+        workload = source.workload_for(run.snapshot)
+        run.warnings += [f"learned workload entry left out: {why}" for why in source.skipped]
+        run.learned = source
+        return workload
+    if profile is not None:
+        workload, skipped = workload_of_profile(run.snapshot, profile)
         run.warnings += [f"workload profile entry left out: {why}" for why in skipped]
         return workload
     templates = {key_of(t): t for t in objects.templates}
@@ -239,9 +275,13 @@ def input_workload(
     return workload_of(run.snapshot, with_claims())
 
 
-def pod_arrivals(pods: list[dict[str, Any]]) -> list[tuple[float, float | None, dict[str, Any]]]:
+def pod_arrivals(
+    pods: list[dict[str, Any]], *, by_creation: bool = False
+) -> list[tuple[float, float | None, dict[str, Any]]]:
     """(arrival, departure, pod) in arrival order; file order among equal arrivals, and a pod
-    without the arrival annotation arrives at 0. InputError for a pod given twice."""
+    without the arrival annotation arrives at 0. `by_creation`: equal arrivals in creation
+    order instead (`metadata.creationTimestamp`, then namespace and name: the order in which
+    the controller decides pods created one at a time). InputError for a pod given twice."""
     timed = []
     seen: set[str] = set()
     for pod in pods:
@@ -254,8 +294,29 @@ def pod_arrivals(pods: list[dict[str, Any]]) -> list[tuple[float, float | None, 
         if departure is not None and departure < arrival:
             raise InputError(f"Pod {key}: {DEPARTURE} is before {ARRIVAL}")
         timed.append((arrival, departure, pod))
-    timed.sort(key=lambda t: t[0])
+    if by_creation:
+        timed.sort(key=lambda t: (t[0], *creation_order(t[2])))
+    else:
+        timed.sort(key=lambda t: t[0])
     return timed
+
+
+def creation_order(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(creationTimestamp, namespace, name): a pod without a creation time comes first."""
+    meta = pod.get("metadata") or {}
+    return (
+        str(meta.get("creationTimestamp") or ""),
+        str(meta.get("namespace") or "default"),
+        str(meta.get("name") or ""),
+    )
+
+
+def arrivals_of(
+    run: Simulation, objects: ClusterObjects
+) -> list[tuple[float, float | None, dict[str, Any]]]:
+    """The input's pods in the order the replay decides them (`pod_arrivals`): in creation
+    order among equal arrivals when the controller's learning is replayed."""
+    return pod_arrivals(objects.pods, by_creation=learns(run.profile))
 
 
 class PodReplay:
@@ -281,6 +342,7 @@ class PodReplay:
             keep_candidates=keep_candidates,
             workload=input_workload(run, objects, claims),
         )
+        self.learned = run.learned
         self._leaving: list[tuple[float, int, PodPlacement]] = []
         self._order = itertools.count()
 
@@ -295,8 +357,14 @@ class PodReplay:
     def place(
         self, pod: Mapping[str, Any], own: list[Mapping[str, Any]], departure: float | None
     ) -> PodPlacement:
-        """Raises AllocationError as the allocator does for a fatal claim."""
-        placement = self.cluster.place_pod(pod, own)
+        """Raises AllocationError as the allocator does for a fatal claim. The controller's
+        learning, when it is replayed, counts the pod as the controller counts it."""
+        if self.learned is None:
+            placement = self.cluster.place_pod(pod, own)
+        else:
+            placement = self.learned.decide(
+                key_of(pod), pod, own, lambda retry: self.cluster.place_pod(pod, own, retry=retry)
+            )
         if placement.node is not None and departure is not None:
             heapq.heappush(self._leaving, (departure, next(self._order), placement))
         return placement
@@ -316,7 +384,7 @@ def _place_pods(
                 report.read(number, time)
         return
     replay = PodReplay(run, objects, mode, claims)
-    for arrival, departure, pod in pod_arrivals(objects.pods):
+    for arrival, departure, pod in arrivals_of(run, objects):
         if report is not None:
             for number, time in report.due_times(arrival):
                 replay.release_until(time)
@@ -376,7 +444,7 @@ def _replay_queued(
         usage=run.usage,
         workload=input_workload(run, objects, claims),
     )
-    replay = QueuedReplay(cluster, QueueTree.build(objects.queues))
+    replay = QueuedReplay(cluster, QueueTree.build(objects.queues), learned=run.learned)
     for claim in objects.claims:
         allocation = (claim.get("status") or {}).get("allocation")
         if allocation:
@@ -386,7 +454,7 @@ def _replay_queued(
             replay.add_claim_usage(outcome.namespace, outcome.allocation)
     templates = {key_of(t): t for t in objects.templates}
     arrivals: list[float] = []
-    for arrival, departure, pod in pod_arrivals(objects.pods):
+    for arrival, departure, pod in arrivals_of(run, objects):
         arrivals.append(arrival)
         replay.add_pod(pod, pod_claims(pod, claims, templates), key_of(pod), arrival, departure)
     if report is None:

@@ -16,9 +16,9 @@ shapes for 95 %, and a cap of 48 cost multigpu30 about 0.1 point). A shape
 without devices can use none of a node's free device room, whether or not the node has the CPU
 for it, so its term is all of that room on every node (FGD's rule): it never steers a GPU pod
 towards CPU, it only shifts every increase by the same amount for a given pod, which changes
-which increases round to equal points (docs/performance.md measures it). Weighing shapes by
+which increases round to equal points (docs/performance/traces.md). Weighing shapes by
 the device room they ask for instead was measured and rejected: it helps where pods mostly
-share GPUs and costs several points where pods are pinned to models (docs/performance.md).
+share GPUs and costs several points where pods are pinned to models (docs/performance/traces.md).
 The weights come from the whole workload when it is known in advance (`Workload.of`); learned
 while pods arrive, the early weights rest on a handful of pods.
 
@@ -28,8 +28,8 @@ most points win; among equal points the caller's node order decides (on one node
 of placing), and scored placement orders nodes pseudo-randomly for that (tie_order.py), as FGD's
 runs effectively do. Equal points mostly mean "no common shape is hurt more here". The rule
 before, filling the fuller node (`fuller_first`), is kept to measure against. Ranking by the
-exact increase instead left the order to differences no pod can use (docs/performance.md has
-what each rule gained on the openb traces).
+exact increase instead left the order to differences no pod can use (docs/performance/traces.md;
+what each rule gained is in that page's history).
 
 Every node is considered (ranking.py ranks them all at once; `choose` answers for one node).
 The score only ranks; the allocator decides fit, so a node whose real allocation fails is
@@ -129,7 +129,7 @@ def fgd_points(increases: NDArray[np.float64]) -> NDArray[np.int64]:
     grows: increases that round to the same points are ties, which go to packing (the fuller
     node after placement), then node order. Exact ties alone (which is what rounding to 9
     places kept) left the order to differences far below anything a pod can use
-    (docs/performance.md)."""
+    (docs/performance/traces.md)."""
     with np.errstate(over="ignore"):
         scores = np.floor(FGD_POINTS / (1.0 + np.exp(np.asarray(increases, dtype=np.float64))))
     result: NDArray[np.int64] = scores.astype(np.int64)
@@ -433,7 +433,7 @@ class FragmentationIndex:
         pods): their term is the same on every node, so they do not steer, but they shift and
         scale each increase before it is rounded to points. Left out, they measured worse on
         two of the three openb traces; counted only where a node lacks their CPU, they steered
-        GPU pods away from such nodes (docs/performance.md)."""
+        GPU pods away from such nodes (docs/performance/traces.md)."""
         ranked = sorted(distribution, key=lambda i: -i[1])
         kept: list[tuple[PodShape, float]] = []
         mass = 0.0

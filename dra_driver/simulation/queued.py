@@ -57,6 +57,7 @@ from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
 from dra_driver.queues.reclaim import BorrowedUnits, choose_reclaim
 from dra_driver.queues.spec import pod_priority
 from dra_driver.simulation.replay import Cluster, PodPlacement
+from dra_driver.simulation.workload_source import WorkloadSource
 
 _DEPART = 0
 _ARRIVE = 1
@@ -147,6 +148,9 @@ class QueuedReplay:
     """Queue → seconds from arrival to placement, one per placement."""
     timeline: list[UsageRow] = field(default_factory=list)
     on_evict: EvictionHook | None = None
+    learned: WorkloadSource | None = None
+    """The controller's learning, replayed (`simulate --workload learned`): each pod is counted
+    in the cluster's workload as the controller counts it."""
     gang_label: str = default_gang_label(DEFAULT_DRIVER_NAME)
     gang_size_label: str = default_gang_size_label(DEFAULT_DRIVER_NAME)
     _events: list[tuple[float, int, int, Job, int]] = field(default_factory=list)
@@ -306,13 +310,25 @@ class QueuedReplay:
             else:  # held back by a limit: reclaim as the controller does (siblings borrowed)
                 changed = self._reclaim(now, unit, ledger) or changed
 
+    def _decide(self, job: Job) -> PodPlacement:
+        """The job's placement now; its shape counts in a learned workload the first time it is
+        decided (through the controller's own counting when that is replayed)."""
+        if self.learned is None:
+            return self.cluster.place_pod(job.pod, job.claims, retry=job.tried)
+        return self.learned.decide(
+            job.key,
+            job.pod,
+            job.claims,
+            lambda retry: self.cluster.place_pod(job.pod, job.claims, retry=retry),
+        )
+
     def _place(self, unit: Sequence[Job]) -> list[PodPlacement] | str | None:
         """Every member placed (each on its node), or why not with nothing placed; None when
         the input makes a member unplaceable for good (then the unit is given up)."""
         placed: list[PodPlacement] = []
         for job in unit:
             try:
-                placement = self.cluster.place_pod(job.pod, job.claims, retry=job.tried)
+                placement = self._decide(job)
             except AllocationError as err:
                 for done in placed:
                     self.cluster.release_pod(done)

@@ -51,7 +51,7 @@ def workload_of(
     to weigh by when every pod to come is known in advance (`simulate`'s input, a trace).
     Weights learned while pods arrive rest on the pods seen so far, and on one seed of the
     openb gpuspec20 trace those of its first 2,048 arrivals cost 5.8 points of allocation
-    (docs/performance.md). A pod whose claims cannot be planned is left out here; placing it
+    (docs/performance/traces.md). A pod whose claims cannot be planned is left out here; placing it
     reports why."""
     shapes = []
     for pod, claims in pods:
@@ -61,6 +61,17 @@ def workload_of(
         except (InputError, AllocationError):
             continue
     return Workload.of(shapes)
+
+
+def plan_pod(
+    snapshot: ClusterSnapshot, requests: Resources, claims: Sequence[Mapping[str, Any]]
+) -> tuple[list[ClaimPlan], PodShape]:
+    """The plans of a pod's claims and the pod's shape; InputError / AllocationError as the
+    allocator raises them (a pod whose claims cannot be planned has no shape: it is counted in
+    no workload)."""
+    plans = [plan_claim(snapshot, claim) for claim in claims]
+    check_result_limit(plans)
+    return plans, shape_of(requests, plans)
 
 
 class PodPolicy(enum.StrEnum):
@@ -143,9 +154,7 @@ class Cluster:
         the pod's requests out of the ledger: the controller counts them itself once the
         decision is assumed (`set_used`)."""
         requests = pod_requests(pod)
-        plans = [plan_claim(self.snapshot, claim) for claim in claims]
-        check_result_limit(plans)
-        shape = shape_of(requests, plans)
+        plans, shape = plan_pod(self.snapshot, requests, claims)
         if not retry:
             self.workload.observe(shape)
         asks = asked(requests)

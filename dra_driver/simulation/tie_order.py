@@ -7,7 +7,7 @@ Taken literally (the lowest name), the rule depends on how a cluster names its n
 clusters often name them by pool or GPU model, and on the openb traces, whose nodes are listed
 by model, name order cost 0.3 points of allocation on two traces of three. Filling the fuller
 node (the rule before) packs pods that could go anywhere onto the nodes that model-pinned pods
-need, and with every common shape weighed it collapsed on gpuspec20 (docs/performance.md).
+need, and with every common shape weighed it collapsed on gpuspec20 (docs/performance/traces.md).
 
 Ordering nodes by a hash of their names keeps FGD's random order without its dependence on
 names, and stays the same across processes and restarts, so `simulate` and the controller

@@ -9,9 +9,12 @@ When every pod to come is known in advance (`simulate`'s input, a trace), the di
 theirs from the start and stays (`Workload.of`). Otherwise shapes are counted as pods arrive:
 until a pod has been seen, the prior is "future pods look like this one" (the distribution holds
 the arriving pod alone), so the first placements degrade to best fit, and the distribution is
-refreshed when the count of pods seen doubles (and every `refresh` pods later), so cached scores
-stay valid between refreshes. Weights learned that way can be far from the whole workload's
-(docs/performance.md measures what that costs).
+refreshed when the count of pods seen doubles (and every `refresh` pods later, `next_refresh`),
+so cached scores stay valid between refreshes. Weights learned that way can be far from the
+whole workload's (docs/performance/traces.md).
+
+The controller learns this way (`workload_source.WorkloadSource`), and `simulate --workload
+learned` replays it: both count through `Workload.observe`, so the rule is one.
 """
 
 from __future__ import annotations
@@ -63,8 +66,19 @@ def shape_of(requests: Mapping[str, int], plans: Sequence[ClaimPlan]) -> PodShap
     return PodShape(kept, best)
 
 
+REFRESH_PODS = 2048
+"""Past this many pods, learned weights are refreshed every this many pods instead of at each
+doubling of the count."""
+
+
+def next_refresh(seen: int, every: int = REFRESH_PODS) -> int:
+    """The count of pods at which learned weights are next refreshed, once they weigh by `seen`
+    pods: the count doubled (1, 2, 4, ... up to `every`), then `every` pods more."""
+    return seen * 2 if seen < every else seen + every
+
+
 class Workload:
-    def __init__(self, refresh: int = 2048) -> None:
+    def __init__(self, refresh: int = REFRESH_PODS) -> None:
         self.refresh = refresh
         self.counts: Counter[tuple[object, ...]] = Counter()
         self.shapes: dict[tuple[object, ...], PodShape] = {}
@@ -106,15 +120,16 @@ class Workload:
         self.counts[key] += times
         self.seen += times
         if self.seen >= self._next:
-            self._next = self.seen * 2 if self.seen < self.refresh else self.seen + self.refresh
             self._publish()
 
     def publish(self) -> None:
         """Weigh by every pod counted so far now, not at the next doubling (counts brought
-        back at once, as the controller does when the cluster's classes change)."""
+        back at once, as the controller does when the cluster's classes change); the next
+        refresh is then the doubling of this count, whatever order the counts came in."""
         self._publish()
 
     def _publish(self) -> None:
+        self._next = next_refresh(self.seen, self.refresh)
         common = self.counts.most_common()
         total = sum(n for _, n in common)
         self._distribution = [(self.shapes[k], n / total) for k, n in common]

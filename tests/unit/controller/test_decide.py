@@ -8,6 +8,7 @@ import pytest
 
 from controller.decide import Decision, NoRoom, NotYet, Unallocatable, decide
 from controller.informer import key_of
+from controller.pod_placer import PodPlacer
 from controller.view import ClusterView
 from dra_driver.allocator import AllocationMode
 from dra_driver.allocator.result import allocation_node
@@ -208,6 +209,28 @@ async def test_a_pod_without_room_on_any_node_is_told_what_the_first_three_lack(
     assert view.assumed == {}
 
 
+async def test_a_pod_without_room_on_any_node_counts_once_in_the_learned_workload() -> None:
+    """Turned away before any search, it is still a pod of the workload: counted as a searched
+    one is (and as `simulate --workload learned` counts it), once however often it waits."""
+    view = cluster({"node-a": "H100-SXM5-80GB:1"})
+    with_cpu(view, "node-a", 1)
+    put(view, "resourceclaims", claim("c"))
+    seen = view.pod_placer().workload.seen
+    for _ in range(2):
+        outcome = decide(view, watched(view, asking_cpu(pod("p", ["c"]), 2)))
+        assert isinstance(outcome, Unallocatable) and "no eligible node has room" in outcome.reason
+    assert view.pod_placer().workload.seen == seen + 1
+    assert view.profile.counted == {("default", "p")} and view.profile.pods() == 1
+
+
+async def test_first_fit_counts_no_pod_turned_away_and_makes_no_pod_placer() -> None:
+    view = cluster({"node-a": "H100-SXM5-80GB:1"}, AllocationMode.FIRST_FIT)
+    with_cpu(view, "node-a", 1)
+    put(view, "resourceclaims", claim("c"))
+    assert isinstance(decide(view, [asking_cpu(pod("p", ["c"]), 2)]), Unallocatable)
+    assert view.profile.counted == set() and view._pod_placer is None
+
+
 async def test_nodes_left_out_for_lack_of_room_are_named_after_the_allocators_reason() -> None:
     # node-a has the GPUs but not the CPU; node-b has the CPU but one GPU only.
     view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:1"})
@@ -354,12 +377,14 @@ async def test_the_pod_placer_is_made_afresh_past_its_limit_of_gpu_states(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A long-running controller must not keep every GPU state it ever saw: past the limit a
-    fresh pod placer takes over, over the same usage, and decisions go on unchanged."""
+    fresh pod placer takes over, over the same usage and with the same workload (the limit
+    refreshes no learned weights: `simulate --workload learned` could not replay it), and
+    decisions go on unchanged."""
     from controller import view as view_module
 
     view = cluster({"node-a": "H100-SXM5-80GB:2", "node-b": "H100-SXM5-80GB:2"})
     monkeypatch.setattr(view_module, "MAX_GPU_STATES", 1)
-    placers: list[object] = []  # held, so that no two can share an id
+    placers: list[PodPlacer] = []  # held, so that no two can share an id
     taken: list[str] = []
     for i in range(4):
         put(view, "resourceclaims", claim(f"c{i}"))
@@ -370,6 +395,8 @@ async def test_the_pod_placer_is_made_afresh_past_its_limit_of_gpu_states(
         placers.append(view.pod_placer())
     assert len({id(p) for p in placers}) > 1
     assert len(set(taken)) == 4  # no device twice across the fresh placers
+    workloads = {id(p.workload) for p in placers}
+    assert len(workloads) == 1 and view.pod_placer().workload.seen == 4
 
 
 async def test_pods_like_one_that_found_no_room_search_only_where_room_was_freed(
