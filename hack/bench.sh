@@ -2,7 +2,7 @@
 # Benchmarks (not part of the test suite): allocator throughput, latency and memory on a
 # 500-node H100 cluster, the fragmentation trace, the kubelet plugin's prepare/unprepare and its
 # telemetry, then the allocation controller end to end. Figures are recorded in
-# docs/performance.md.
+# docs/performance/ (one page per benchmark, indexed by docs/performance.md).
 # Usage: hack/bench.sh [--nodes N]   (extra arguments go to the two allocator benchmarks)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing (not part of the default test run): mutmut changes one thing at a time in the
 # modules listed under [tool.mutmut] in pyproject.toml and runs the tests that cover it; a mutant
-# that no test notices is a gap (or an equivalent change). Results go to docs/testing.md.
+# that no test notices is a gap (or an equivalent change). Scores go to docs/testing.md, each
+# survivor with its verdict to hack/mutation-survivors.tsv.
 # Usage: hack/mutation.sh [--all-tests] [--max-children N] [--only GLOB] [MODULE...]
 #   e.g. hack/mutation.sh controller.writer
 #   MODULE is a dotted module or package name; without one, every module of the table below is
@@ -110,7 +111,7 @@ while [ $# -gt 0 ]; do
     --max-children=*) max_children=(--max-children "${1#*=}") ;;
     --only) only+=("$2"); shift ;;
     --only=*) only+=("${1#*=}") ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) modules+=("$1") ;;
   esac

@@ -7,9 +7,10 @@
 #             kube-apiserver, kube-controller-manager and kube-scheduler 1.37 (DRA_CONTROL_PLANE=
 #             upstream). The control plane is built first if this machine lacks it (hack/upstream.sh;
 #             tens of minutes once per machine, then cached).
-# Usage: hack/test.sh [--tier embedded|upstream|all] [pytest arguments...]
+# Usage: hack/test.sh [--tier embedded|upstream|all] [--repeat N] [pytest arguments...]
 # Without pytest arguments both tiers run; with them, only the embedded tier unless --tier says
-# otherwise. Any failure fails the script, including pytest finding no tests (its exit code 5).
+# otherwise. --repeat N runs the chosen tests N times in a row and stops at the first red run,
+# naming it (for hunting flaky tests; see docs/testing.md). Any failure fails the script, including pytest finding no tests (its exit code 5).
 # Without Go the upstream tier is skipped with a warning, except under CI=true, where it fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,10 +19,17 @@ source "$ROOT/hack/venv.sh"
 cd "$ROOT"
 
 tier=""
-if [ "${1:-}" = "--tier" ]; then
-  tier="${2:?--tier needs embedded, upstream or all}"
-  shift 2
-fi
+repeat=1
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --tier) tier="${2:?--tier needs embedded, upstream or all}"; shift 2 ;;
+    --repeat) repeat="${2:?--repeat needs a count}"; shift 2 ;;
+    *) break ;;
+  esac
+done
+case "$repeat" in
+  ''|*[!0-9]*|0) echo "error: --repeat must be a positive whole number, got '$repeat'" >&2; exit 2 ;;
+esac
 if [ -z "$tier" ]; then
   if [ "$#" -eq 0 ]; then tier=all; else tier=embedded; fi
 fi
@@ -54,7 +62,11 @@ mypy
 # such as an API server, are made once). "-n 0" among the arguments runs them in this process.
 if [ "$tier" != upstream ]; then
   echo "==> pytest (embedded control plane)"
-  DRA_CONTROL_PLANE=embedded pytest -n auto --dist loadfile "$@"
+  for ((run = 1; run <= repeat; run++)); do
+    [ "$repeat" -eq 1 ] || echo "--- embedded run $run of $repeat"
+    DRA_CONTROL_PLANE=embedded pytest -n auto --dist loadfile -rf "$@" \
+      || { [ "$repeat" -eq 1 ] || echo "embedded run $run of $repeat failed" >&2; exit 1; }
+  done
 fi
 
 if [ "$tier" != embedded ]; then
@@ -75,5 +87,10 @@ if [ "$tier" != embedded ]; then
   echo "==> pytest (upstream control plane)"
   paths=("$@")
   if [ "${#paths[@]}" -eq 0 ]; then paths=("${UPSTREAM_TESTS[@]}"); fi
-  DRA_CONTROL_PLANE=upstream pytest -n auto --dist loadfile -m "not embedded_only" "${paths[@]}"
+  for ((run = 1; run <= repeat; run++)); do
+    [ "$repeat" -eq 1 ] || echo "--- upstream run $run of $repeat"
+    DRA_CONTROL_PLANE=upstream pytest -n auto --dist loadfile -rf -m "not embedded_only" \
+      "${paths[@]}" \
+      || { [ "$repeat" -eq 1 ] || echo "upstream run $run of $repeat failed" >&2; exit 1; }
+  done
 fi
