@@ -66,7 +66,8 @@ async def test_an_evicted_pod_is_unprepared_and_goes() -> None:
         await eventually(
             running, "the pod to run and be ready", timeout=60, interval=0.1, in_thread=True
         )
-        assert "default/trainer" in agent.prepared
+        # The agent writes the pod's status before it records the pod prepared, in one pass.
+        await agent.wait_until(lambda: "default/trainer" in agent.prepared, timeout=30)
 
         policy.create_namespaced_pod_disruption_budget(
             "default",
