@@ -67,6 +67,29 @@ log = structlog.get_logger(__name__)
 #: CPU and memory requests against it.
 NODE_ALLOCATABLE = {"cpu": "110", "memory": "1900Gi", "ephemeral-storage": "3Ti", "pods": "110"}
 
+
+def ready_node(name: str, now: str) -> dict[str, Any]:
+    """A Node as kubelet registers it: Ready since `now`, with the local cluster's allocatable
+    (the local cluster's nodes, and the benchmarks' that run without node agents)."""
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "conditions": [ready],
+            "capacity": NODE_ALLOCATABLE,
+            "allocatable": NODE_ALLOCATABLE,
+        },
+    }
+
+
 #: Seconds between the plugins' usage samples: short, so tests and the demo need not wait.
 TELEMETRY_INTERVAL_S = 1
 
@@ -219,26 +242,7 @@ class LocalCluster:
         nodes = self.dyn.resources.get(api_version="v1", kind="Node")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for name in self._node_names:
-            nodes.create(
-                body={
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "status": {
-                        "conditions": [
-                            {
-                                "type": "Ready",
-                                "status": "True",
-                                "reason": "KubeletReady",
-                                "lastHeartbeatTime": now,
-                                "lastTransitionTime": now,
-                            }
-                        ],
-                        "capacity": NODE_ALLOCATABLE,
-                        "allocatable": NODE_ALLOCATABLE,
-                    },
-                }
-            )
+            nodes.create(body=ready_node(name, now))
             if self.upstream is not None:
                 self._tasks.append(
                     asyncio.create_task(node_heartbeat.run(api, name, self._stop), name=name)

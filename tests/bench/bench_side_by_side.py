@@ -58,7 +58,7 @@ from kubernetes.utils import parse_quantity
 from dra_driver.allocator import ClusterSnapshot, Usage
 from dra_driver.deviceclasses import device_classes
 from dra_driver.simulation.gpu_units import GpuUnits
-from localcluster.cluster import NODE_ALLOCATABLE
+from localcluster.cluster import NODE_ALLOCATABLE, ready_node
 from localcluster.crds import bundled_definitions
 from localcluster.roles import node_heartbeat
 from localcluster.upstream.control_plane import UpstreamControlPlane, cpu_seconds
@@ -120,26 +120,7 @@ def create_nodes(api: client.ApiClient, count: int) -> list[str]:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     names = [node_name(i) for i in range(count)]
     for name in names:
-        core.create_node(
-            {  # type: ignore[arg-type]
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "lastHeartbeatTime": now,
-                            "lastTransitionTime": now,
-                        }
-                    ],
-                    "capacity": NODE_ALLOCATABLE,
-                    "allocatable": NODE_ALLOCATABLE,
-                },
-            }
-        )
+        core.create_node(ready_node(name, now))  # type: ignore[arg-type]
     return names
 
 
