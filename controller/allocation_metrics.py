@@ -38,6 +38,12 @@ class AllocationMetrics:
             ["stage"],
             registry=registry,
         )
+        self.held = Gauge(
+            "dra_controller_held_claims",
+            "Claims of the controller's that collided with another allocator's on a device and "
+            "keep it, unused, until the other claim lets it go.",
+            registry=registry,
+        )
         self.failures = Counter(
             "dra_controller_unallocatable",
             "Attempts that found no node and devices for a pod or gang.",

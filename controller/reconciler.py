@@ -293,6 +293,7 @@ class Reconciler:
         written ones still settling are left to the next leader (their claims are allocated and
         reserved for still-gated pods, which it finishes)."""
         self.state.settling.clear()
+        self.state.held.clear()  # the next leader finds them colliding and holds them in turn
         self.reports.cancel()
         for key in list(self.view.assumed):
             self.view.forget(key)
@@ -306,6 +307,7 @@ class Reconciler:
         # view up to those writes, so the pods waiting for their devices (reclaim's, above all)
         # are decided in this pass rather than the next one.
         started = time.monotonic()
+        await self._release_held()
         dealloc = len(self.state.dealloc)
         freed = await self._deallocate()
         if freed:
@@ -448,6 +450,7 @@ class Reconciler:
         units: list[list[Obj]] = []
         gangs_done: set[GangId] = set()
         settling = {key_of(p) for _, d in self.state.settling for p in d.pods}
+        held = {key_of(p) for pods in self.state.held.values() for p in pods}
         for key in keys:
             pod = self.view.pods.get(key)
             if not self._gated(pod):
@@ -458,6 +461,8 @@ class Reconciler:
                 continue
             if key in settling:
                 continue  # written; its gate comes off when the settle time is over
+            if key in held:
+                continue  # queued again when its held claim is withdrawn (`_release_held`)
             assert pod is not None
             try:
                 gang = gang_of(pod, self.config.gang_label, self.config.gang_size_label)
@@ -627,9 +632,69 @@ class Reconciler:
         stale, self.state.stale = self.state.stale, {}
         for key, pods in stale.items():
             try:
-                await _pass_call(self.writer.withdraw, key, pods)
+                await self._let_go(key, pods)
             except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
                 log.info("withdrawal failed; the pod's next attempt retries it", error=str(err))
+
+    async def _let_go(self, key: Key, pods: list[Obj]) -> None:
+        """Withdraw our allocation of claim `key` for `pods`, or hold it while another claim
+        holds one of its devices too.
+
+        kube-scheduler keeps the devices allocated by every claim as a set of device IDs: a
+        claim allocated adds its devices, a claim deallocated or deleted removes them. Two
+        claims holding one device (the two allocators decided at the same moment) are one
+        entry there; withdrawing ours would remove it while theirs still holds the device,
+        and kube-scheduler would hand the device out again. So ours keeps the device, its
+        pods gated and told why, until every other holder has let it go; withdrawn then, the
+        set is right again and the pods are decided afresh. A collision on counters or on a
+        share is not held: those are not in that set."""
+        allocation = allocation_of(self.view.claims.get(key))
+        holders = self._other_holders(key, allocation)
+        if not holders:
+            await _pass_call(self.writer.withdraw, key, pods)
+            return
+        self.state.held[key] = list(pods)
+        self.metrics.held.set(len(self.state.held))
+        names = ", ".join(f"{k[0]}/{k[1]}" for k in holders)
+        log.info("colliding allocation held until the device is free", claim=key, holders=names)
+        for pod in pods:
+            if self._gated(self.view.pods.get(key_of(pod))):
+                self.reports.report(
+                    pod,
+                    f"claim {key[0]}/{key[1]} was allocated a device that claim {names} was "
+                    "given at the same moment by another allocator; it keeps the device, "
+                    "unused, until that claim lets it go, and the pod is placed again then",
+                )
+
+    def _other_holders(self, key: Key, allocation: Obj | None) -> list[Key]:
+        """The claims, other than ours being held themselves, that hold a device of
+        `allocation` whole."""
+        if allocation is None:
+            return []
+        return [k for k in self.view.holders(key, allocation) if k not in self.state.held]
+
+    async def _release_held(self) -> None:
+        """Withdraw the held claims (`_let_go`) whose devices no other claim holds now, and
+        decide their pods again."""
+        for key, pods in list(self.state.held.items()):
+            allocation = allocation_of(self.view.claims.get(key))
+            if self._other_holders(key, allocation):
+                continue
+            if allocation is not None:
+                try:
+                    done = await _pass_call(self.writer.withdraw, key, pods)
+                except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as err:
+                    log.info("withdrawal failed; will retry", claim=key, error=str(err))
+                    continue
+                if done is None:
+                    continue
+                log.info("held allocation withdrawn: the device is free", claim=key)
+                await self._fresh(done)
+            del self.state.held[key]
+            self.state.dealloc.add(key)  # a deleted claim's finalizer can go now
+            for pod in pods:
+                self.state.queue.setdefault(key_of(pod))
+        self.metrics.held.set(len(self.state.held))
 
     def _retry(self, decision: Decision) -> None:
         for key in list(decision.allocations):
@@ -696,7 +761,7 @@ class Reconciler:
     async def _undo(self, decision: Decision, written: list[Key]) -> None:
         for key in written:
             if key in decision.allocations:
-                await _pass_call(self.writer.withdraw, key, decision.pods)
+                await self._let_go(key, list(decision.pods))
 
     async def _withdraw(self, decision: Decision) -> None:
         await self._undo(decision, list(decision.allocations))
@@ -826,8 +891,11 @@ class Reconciler:
             self._finalizing.discard(key)
 
     def _unused(self, key: Key, claim: Obj) -> bool:
-        """Ours, not reserved, and no live pod waits for it (a deleted claim waits for no one)."""
+        """Ours, not reserved, not held (`_let_go`), and no live pod waits for it (a deleted
+        claim waits for no one)."""
         if self.config.finalizer not in (claim["metadata"].get("finalizers") or []):
+            return False
+        if key in self.state.held:
             return False
         if key in self.view.assumed:
             return False

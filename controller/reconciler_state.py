@@ -68,8 +68,15 @@ class ReconcilerState:
 
     stale: dict[Key, list[Obj]] = field(default_factory=dict)
     """Claims of ours whose earlier allocation collides with another's, with the pods that use
-    them: to withdraw. Filled by `_still_fits`; taken whole by `_withdraw_stale` in the same
-    pass."""
+    them: to withdraw or hold (`held`). Filled by `_still_fits`; taken whole by
+    `_withdraw_stale` in the same pass."""
+
+    held: dict[Key, list[Obj]] = field(default_factory=dict)
+    """Claims of ours that collide with another claim on a whole device, with the pods that use
+    them: kept allocated, the pods gated, until no other claim holds the device, then withdrawn
+    (`Reconciler._let_go` says why). Filled by `_let_go`; `_release_held` looks at every one
+    at the start of each pass; emptied on stepping down. Their pods are not decided meanwhile,
+    and the claims are not deallocated."""
 
     pass_ledger: Ledger | None = None
     """The queues' usage after the pass's admissions and evictions. Set by `_decide`; taken by

@@ -479,6 +479,20 @@ class ClusterView:
         """The allocation the allocator's usage holds for this claim now, if any."""
         return self._recorded.get(key)
 
+    def holders(self, key: Key, allocation: Obj) -> list[Key]:
+        """The other claims that hold one of the devices `allocation` holds whole (not a share,
+        not admin access): the claims kube-scheduler's set of allocated devices counts only
+        once together with this one (see `Reconciler._let_go`)."""
+        mine = _whole_devices(allocation)
+        if not mine:
+            return []
+        self.placer()  # builds `_recorded` when nothing has yet
+        return sorted(
+            other
+            for other, held in self._recorded.items()
+            if other != key and not mine.isdisjoint(_whole_devices(held))
+        )
+
     def conflict(self, key: Key, allocation: Obj) -> str | None:
         """Why `allocation` for claim `key` collides with what every other claim holds now."""
         placer = self.placer()
@@ -552,3 +566,13 @@ def _allocation_node(allocation: Mapping[str, Any]) -> str:
 def _status_only(old: Obj | None, event: Event) -> bool:
     """A change to a GpuQueue's status alone (its spec is as it was)."""
     return old is not None and event.kind == "MODIFIED" and old.get("spec") == event.obj.get("spec")
+
+
+def _whole_devices(allocation: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+    """The devices an allocation holds whole: those kube-scheduler keeps in its set of
+    allocated device IDs (results with a share ID or admin access are counted elsewhere)."""
+    return {
+        (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+        for r in (allocation.get("devices") or {}).get("results") or []
+        if not r.get("adminAccess") and not r.get("shareID")
+    }

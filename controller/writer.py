@@ -69,8 +69,11 @@ class ClaimWriter:
         self._check_leader()
         return self.api.patch_claim_status(claim, status)
 
-    def withdraw(self, key: Key, pods: Sequence[Mapping[str, Any]], attempts: int = 3) -> bool:
-        """Clear an allocation this controller wrote for `pods` (their gates are still on).
+    def withdraw(
+        self, key: Key, pods: Sequence[Mapping[str, Any]], attempts: int = 3
+    ) -> int | None:
+        """Clear an allocation this controller wrote for `pods` (their gates are still on): the
+        resourceVersion written (0 when the claim is gone), None when it gave up.
 
         Re-reads the claim on a conflict: the watch may lag behind our own writes.
         """
@@ -80,7 +83,7 @@ class ClaimWriter:
                 claim = self.api.get_claim(*key)
             except client.ApiException as err:
                 if err.status == 404:
-                    return True
+                    return 0
                 raise
             status = claim.get("status") or {}
             keep = [r for r in status.get("reservedFor") or [] if r.get("uid") not in uids]
@@ -89,15 +92,14 @@ class ClaimWriter:
                 body["allocation"] = None
             try:
                 self._check_leader()
-                self.api.patch_claim_status(claim, body)
-                return True
+                return resource_version(self.api.patch_claim_status(claim, body))
             except client.ApiException as err:
                 if err.status == 404:
-                    return True
+                    return 0
                 if err.status != 409:
                     raise
         log.warning("could not withdraw an allocation", claim=f"{key[0]}/{key[1]}")
-        return False
+        return None
 
     def deallocate(self, claim: Obj) -> int:
         """Clear the allocation of a claim nobody uses any more, then drop our finalizer. The

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from controller.config import ControllerConfig, LeaderElection
 from controller.daemon import ControllerDaemon
+from controller.kube_calls import ControllerApi
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import AllocationMode
 from dra_driver.backends.fake import FakeBackend
@@ -186,3 +187,44 @@ async def manual_controller(api: client.ApiClient, **overrides: Any) -> Controll
     daemon.start_watches()
     await asyncio.wait_for(daemon.wait_synced(), 20)
     return daemon
+
+
+class Withdrawals(ControllerApi):
+    """The controller's API calls, counting the status writes that clear a claim's allocation."""
+
+    def __init__(self, inner: ControllerApi) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.cleared: list[str] = []
+
+    def patch_claim_status(self, claim: Any, status: Any) -> dict[str, Any]:
+        if "allocation" in status and status["allocation"] is None:
+            self.cleared.append(claim["metadata"]["name"])
+        return super().patch_claim_status(claim, status)
+
+
+async def held_until_theirs_lets_go(
+    cluster: Cluster, daemon: ControllerDaemon, *, ours: str, theirs: str, pod: str
+) -> Withdrawals:
+    """Our allocation that collided with `theirs` on a whole device is kept, its pod gated,
+    while theirs holds the device (kube-scheduler counts the device once for both claims, so
+    withdrawing ours first would free it in its eyes); once theirs lets go, the next pass
+    withdraws ours and decides the pod again. The recorder of that pass's writes."""
+    key = ("default", ours)
+    assert (cluster.get_claim(ours).get("status") or {}).get("allocation"), "ours must be kept"
+    assert cluster.gated(pod)
+    assert key in daemon.reconciler.state.held
+    writes = Withdrawals(daemon.reconciler.api)
+    daemon.reconciler.api = daemon.reconciler.writer.api = writes
+    await daemon.reconciler.run_pass()
+    assert writes.cleared == [], "held while theirs still holds the device"
+    cluster.objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, "default", "resourceclaims", theirs, {"status": {"allocation": None}}
+    )
+    await eventually(
+        lambda: not (daemon.view.claims[("default", theirs)].get("status") or {}).get("allocation"),
+        what="their allocation gone from the view",
+    )
+    await daemon.reconciler.run_pass()
+    assert writes.cleared[:1] == [ours], "withdrawn once the device is free"
+    assert key not in daemon.reconciler.state.held
+    return writes

@@ -20,6 +20,7 @@ from tests.integration.allocation.harness import (
     Cluster,
     claim,
     eventually,
+    held_until_theirs_lets_go,
     manual_controller,
     pod,
 )
@@ -94,7 +95,7 @@ class _RacingApi(ControllerApi):
         return super().patch_claim_status(claim, status)
 
 
-async def test_allocation_landing_between_recheck_and_write_is_withdrawn(
+async def test_allocation_landing_between_recheck_and_write_is_held_then_withdrawn(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
     cluster.add_nodes(1, gpus="H100-SXM5-80GB:1")
@@ -115,9 +116,9 @@ async def test_allocation_landing_between_recheck_and_write_is_withdrawn(
         # the other allocator's earlier write too: no full list of the claims was needed.
         assert racing.reads == 0
         assert daemon.metrics.conflicts.labels("after-write")._value.get() == 1
-        ours = cluster.get_claim("ours")
-        assert "allocation" not in ours.get("status", {}), "our allocation must be withdrawn"
         assert cluster.gated("gated"), "the gate stays on: the pod never saw the device"
+        daemon.reconciler.api = daemon.reconciler.writer.api = daemon.calls
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="gated")
     finally:
         daemon.stop_watches()
 
@@ -151,7 +152,7 @@ async def test_allocation_landing_during_the_settle_time_keeps_the_gate_on(
         await reconciler.run_pass()
         await reconciler.drain()  # the lift may have started on its own meanwhile
         assert cluster.gated("gated"), "the gate stays on: the device went to the other claim"
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert daemon.metrics.conflicts.labels("settled")._value.get() == 1
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="gated")
     finally:
         daemon.stop_watches()

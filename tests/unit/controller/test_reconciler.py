@@ -30,6 +30,7 @@ from tests.integration.allocation.harness import (
     Cluster,
     claim,
     eventually,
+    held_until_theirs_lets_go,
     manual_controller,
     pod,
 )
@@ -223,7 +224,7 @@ async def test_a_claim_deleted_before_the_write_is_decided_again(
         assert daemon.view.assumed == {}
 
 
-async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate_lifts(
+async def test_an_allocation_landing_while_settling_keeps_the_gate_on_and_is_let_go_after_theirs(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
     cluster.create_claim(claim("theirs"))
@@ -250,9 +251,8 @@ async def test_an_allocation_landing_while_settling_is_withdrawn_before_the_gate
         await settled(daemon)
         await daemon.reconciler.run_pass()
         await daemon.reconciler.drain()  # the lift may have started on its own meanwhile
-        assert cluster.gated("p")
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert conflicts(daemon, "settled") == 1
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="p")
 
 
 class _LandingFirst(ControllerApi):
@@ -283,7 +283,7 @@ class _LandingFirst(ControllerApi):
         return super().list_claims()
 
 
-async def test_an_allocation_landing_during_the_write_is_withdrawn_at_once(
+async def test_an_allocation_landing_during_the_write_is_found_at_once_and_held(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
     cluster.create_claim(claim("theirs"))
@@ -297,15 +297,14 @@ async def test_an_allocation_landing_during_the_write_is_withdrawn_at_once(
         assert landing.landed == 1
         # Their write was committed before ours, so the watch that carries our write carries
         # theirs: the check after the write finds the collision without listing every claim,
-        # withdraws our allocation and settles nothing.
+        # holds our allocation and settles nothing.
         assert conflicts(daemon, "after-write") == 1
         assert conflicts(daemon, "settled") == 0
         assert landing.lists == 0
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.get_claim("theirs")["status"]["allocation"]
-        assert cluster.gated("p")
         assert daemon.reconciler.next_deadline() is None
         assert daemon.view.assumed == {}
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="p")
 
 
 def gpu_0_of_node_1() -> dict[str, Any]:
@@ -596,7 +595,7 @@ async def test_a_deleted_pod_is_forgotten_and_a_new_one_of_its_name_is_reported_
         assert len(cluster.events_for("p")) == 2  # the new pod is told why it waits
 
 
-async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_lifts(
+async def test_an_earlier_allocation_that_collides_is_held_and_let_go_after_theirs(
     cluster: Cluster, api: client.ApiClient
 ) -> None:
     cluster.create_claim(claim("theirs"))
@@ -625,9 +624,8 @@ async def test_an_earlier_allocation_that_collides_is_withdrawn_before_the_gate_
         )
         daemon.reconciler.take_over()
         await daemon.reconciler.run_pass()  # our earlier allocation is found colliding
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
-        assert cluster.gated("p")
         assert conflicts(daemon, "before-write") == 1
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="p")
 
 
 async def test_a_claim_allocated_by_someone_else_while_settling_keeps_their_allocation(
@@ -750,9 +748,8 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_alloc
         await daemon.reconciler.run_pass()
         await collide_after_takeover(cluster, daemon, "second", clear="first")
         assert conflicts(daemon, "before-write") == 1
-        assert "allocation" not in cluster.get_claim("second").get("status", {})
         assert "allocation" not in cluster.get_claim("first").get("status", {})
-        assert cluster.gated("p")
+        await held_until_theirs_lets_go(cluster, daemon, ours="second", theirs="theirs", pod="p")
 
 
 async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_ours(
@@ -783,9 +780,8 @@ async def test_an_earlier_allocation_that_collides_is_found_behind_a_claim_not_o
         shared = cluster.get_claim("shared")["status"]["allocation"]
         await collide_after_takeover(cluster, daemon, "ours")
         assert conflicts(daemon, "before-write") == 1
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
         assert cluster.get_claim("shared")["status"]["allocation"] == shared  # not ours: kept
-        assert cluster.gated("p")
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="p")
 
 
 async def test_an_earlier_allocation_that_does_not_collide_is_kept_and_the_gate_lifts(
@@ -817,12 +813,11 @@ async def test_a_decision_whose_earlier_allocation_collided_does_not_lift_the_ga
         await collide_after_takeover(cluster, daemon, "ours")
         assert conflicts(daemon, "before-write") == 1
         # The dropped decision is gone: nothing settles that could lift the gate on a pod whose
-        # claim was just withdrawn. Deciding it again finds no free GPU (theirs holds the only
-        # one), so the pod keeps waiting.
+        # claim collides, and the pod is not decided again while its claim is held.
         assert daemon.reconciler.next_deadline() is None
         await daemon.reconciler.run_pass()
         assert cluster.gated("p")
-        assert "allocation" not in cluster.get_claim("ours").get("status", {})
+        await held_until_theirs_lets_go(cluster, daemon, ours="ours", theirs="theirs", pod="p")
 
 
 async def test_a_node_filled_while_settling_drops_the_decision(

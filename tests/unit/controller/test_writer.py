@@ -143,7 +143,7 @@ def test_withdraw_clears_our_allocation_but_not_another_pods_reservation(
 
 
 def test_withdraw_of_a_deleted_claim_is_done(api: client.ApiClient, calls: ControllerApi) -> None:
-    assert writer(calls).withdraw(("default", "never-existed"), [new_pod(api, [GATE])])
+    assert writer(calls).withdraw(("default", "never-existed"), [new_pod(api, [GATE])]) == 0
 
 
 class _Interfering(ControllerApi):
@@ -187,7 +187,7 @@ def test_withdraw_gives_up_after_its_attempts(api: client.ApiClient, calls: Cont
     claim = writer(calls).allocate(new_claim(api), ALLOCATION, [pod])
     key = ("default", claim["metadata"]["name"])
     racing = _Interfering(calls, api, times=5)
-    assert not ClaimWriter(racing, FINALIZER, lambda: True).withdraw(key, [pod])
+    assert ClaimWriter(racing, FINALIZER, lambda: True).withdraw(key, [pod]) is None
     assert racing.patches == 3  # three attempts unless told otherwise
     assert calls.get_claim(*key)["status"]["allocation"] == ALLOCATION
 
@@ -212,7 +212,7 @@ def test_withdraw_of_a_claim_deleted_before_the_patch_is_done(
     pod = new_pod(api, [GATE])
     claim = writer(calls).allocate(new_claim(api), ALLOCATION, [pod])
     key = ("default", claim["metadata"]["name"])
-    assert ClaimWriter(_Deleting(calls, api), FINALIZER, lambda: True).withdraw(key, [pod])
+    assert ClaimWriter(_Deleting(calls, api), FINALIZER, lambda: True).withdraw(key, [pod]) == 0
 
 
 def test_deallocate_clears_the_allocation_then_our_finalizer_only(
