@@ -21,6 +21,10 @@ class DeviceType(StrEnum):
     """A GPU offered to several claims that take turns on it."""
     SHARED = "shared"
     """A fractional share of a GPU, enforced with MPS limits."""
+    OPPORTUNISTIC = "gpu-opportunistic"
+    """A best-effort share of a GPU its owner lends while idle (or nobody holds), enforced with
+    MPS limits and taken back when the owner is busy again; published only where the node
+    lends (`--lend-after`)."""
 
     @property
     def display_name(self) -> str:
@@ -33,4 +37,5 @@ _DISPLAY_NAMES: dict[DeviceType, str] = {
     DeviceType.MIG: "MIG",
     DeviceType.TIMESLICE: "time-sliced GPU",
     DeviceType.SHARED: "shared GPU",
+    DeviceType.OPPORTUNISTIC: "lent GPU",
 }

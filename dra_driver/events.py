@@ -24,7 +24,7 @@ class NodeEvents:
     def __init__(
         self, api: client.ApiClient, node_name: str, node_uid: str, component: str
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._api = api
         self._node = node_name
         self._uid = node_uid
         self._component = component
@@ -33,28 +33,41 @@ class NodeEvents:
         self.post("Warning", reason, message)
 
     def post(self, kind: str, reason: str, message: str) -> None:
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{self._node}.{uuid.uuid4().hex[:16]}", "namespace": "default"},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": self._node,
-                "uid": self._uid,
-            },
-            "reason": reason,
-            "message": message[:MAX_MESSAGE],
-            "type": kind,
-            "source": {"component": self._component, "host": self._node},
-            "reportingComponent": self._component,
-            "reportingInstance": self._node,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            cast(Any, self._core).create_namespaced_event("default", body)
-        except (client.ApiException, OSError) as err:
-            log.warning("cannot post an Event", reason=reason, message=message, error=str(err))
+        involved = {"apiVersion": "v1", "kind": "Node", "name": self._node, "uid": self._uid}
+        post_event(
+            self._api, "default", involved, kind, reason, message, self._component, self._node
+        )
+
+
+def post_event(
+    api: client.ApiClient,
+    namespace: str,
+    involved: dict[str, str],
+    kind: str,
+    reason: str,
+    message: str,
+    component: str,
+    host: str,
+) -> None:
+    """One Event about `involved` (in `namespace`), best effort: a failure is logged."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "type": kind,
+        "source": {"component": component, "host": host},
+        "reportingComponent": component,
+        "reportingInstance": host,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    try:
+        core = client.CoreV1Api(api)
+        cast(Any, core).create_namespaced_event(namespace, body)
+    except (client.ApiException, OSError) as err:
+        log.warning("cannot post an Event", reason=reason, message=message, error=str(err))

@@ -64,6 +64,8 @@ def config_from_args(args: argparse.Namespace) -> PluginConfig:
         telemetry_interval_s=args.telemetry_interval,
         idle_threshold_percent=args.idle_threshold,
         idle_after_s=args.idle_after,
+        lend_after_s=args.lend_after,
+        lend_headroom_bytes=args.lend_headroom,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,10 @@ from dra_driver.driverroot import discover, driver_edits
 from dra_driver.events import NodeEvents
 from dra_driver.kube_client import api_client
 from dra_driver.slices import SliceSettings, build_resource_slices
+from dra_driver.slices.builder import lendable_memory
 from kubeletplugin.health import HealthMonitor
+from kubeletplugin.lending.lender import Lender, LendingSettings
+from kubeletplugin.lending.node import NodeLending
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
 from kubeletplugin.mps.daemon import DEFAULT_MPS_CONTROL, MpsControl
 from kubeletplugin.mps.manager import MpsManager
@@ -104,6 +108,9 @@ class PluginConfig:
     telemetry_interval_s: float = 10.0
     idle_threshold_percent: float = 5.0
     idle_after_s: float = 1800.0
+    # Lending idle GPUs to best-effort borrowers (docs/overcommit.md); None lends nothing.
+    lend_after_s: float | None = None
+    lend_headroom_bytes: int = 4 << 30
 
 
 def mps_command(config: PluginConfig) -> tuple[str, ...]:
@@ -217,6 +224,7 @@ class PluginDaemon:
             on_running=self.metrics.set_mps_daemons,
             on_restart=self.metrics.record_mps_restart,
         )
+        self.lending = self._lending()
         self.preparer = Preparer(
             backend=self.backend,
             claims=self.claims,
@@ -230,6 +238,7 @@ class PluginDaemon:
             on_prepared_devices=self.metrics.set_prepared_devices,
             claim_cache=self.claim_cache,
             mps=self.mps,
+            lendable=self.lending.lender.lendable if self.lending is not None else None,
         )
         self.health = HealthMonitor(
             self.backend,
@@ -259,6 +268,31 @@ class PluginDaemon:
         self.liveness: LivenessServer | None = None
         self.metrics_endpoint: MetricsEndpoint | None = None
 
+    def _lending(self) -> NodeLending | None:
+        """Lending idle GPUs, where the node lends (`--lend-after`) and samples their use."""
+        config = self.config
+        if config.lend_after_s is None or config.telemetry_interval_s <= 0:
+            return None
+        settings = LendingSettings(
+            config.lend_after_s, config.idle_threshold_percent, config.lend_headroom_bytes
+        )
+        return NodeLending(
+            Lender(settings, config.driver_name),
+            self.backend,
+            self.api,
+            self.metrics,
+            config.node_name,
+            config.telemetry_interval_s,
+            self.publish_loop_request,
+            COMPONENT,
+        )
+
+    def publish_loop_request(self) -> None:
+        """Publish again soon (the lent shares' taints changed)."""
+        loop = getattr(self, "publish_loop", None)
+        if loop is not None:
+            loop.request()
+
     def _telemetry(self) -> TelemetrySampler | None:
         """The usage sampler, unless turned off (an interval of 0)."""
         config = self.config
@@ -278,6 +312,7 @@ class PluginDaemon:
             lambda: self.preparer.checkpoint,
             ClaimStatusWriter(self.api, config.driver_name),
             self.metrics,
+            observer=self.lending,
         )
 
     def _build(self, partitionable: bool) -> list[dict[str, Any]]:
@@ -290,8 +325,20 @@ class PluginDaemon:
             dynamic_instances=self.preparer.dynamic_instances(),
             taints=self.health.taints(),
             device_taints=self.health.device_taints(),
+            lend_headroom_bytes=(
+                self.config.lend_headroom_bytes if self.lending is not None else None
+            ),
         )
-        slices = build_resource_slices(self.backend.inventory(), settings)
+        inventory = self.backend.inventory()
+        if self.lending is not None:
+            self.lending.lent_minors = tuple(
+                g.minor for g in inventory.gpus if lendable_memory(g, settings) is not None
+            )
+            device_taints = {k: list(v) for k, v in settings.device_taints.items()}
+            for name, taints in self.lending.taints().items():
+                device_taints.setdefault(name, []).extend(taints)
+            settings = dataclasses.replace(settings, device_taints=device_taints)
+        slices = build_resource_slices(inventory, settings)
         self.devices = device_minors(slices)
         return slices
 
@@ -378,6 +425,8 @@ class PluginDaemon:
             await self.liveness.stop()
         for task in tasks:
             task.cancel()
+        if self.lending is not None:
+            await self.lending.stop()
         if self.claim_cache is not None:
             await asyncio.to_thread(self.claim_cache.stop)
         for task in tasks:

@@ -7,7 +7,13 @@ import dataclasses
 from pathlib import Path, PurePosixPath
 
 from dra_driver.cli import common_flags as common
-from dra_driver.cli.flag_types import duration, percent, shapes
+from dra_driver.cli.flag_types import (
+    byte_quantity,
+    duration,
+    optional_duration,
+    percent,
+    shapes,
+)
 from dra_driver.cli.flags import Flag, Kind
 
 GPU_SOURCE = "gpu-source"
@@ -118,8 +124,9 @@ FLAGS: tuple[Flag, ...] = (
         "--shapes",
         env="DRA_SHAPES",
         type=shapes,
-        default="gpu,mig,timeslice,shared",
-        help="device shapes to publish, comma-separated from gpu,mig,timeslice,shared",
+        default="gpu,mig,timeslice,shared,gpu-opportunistic",
+        help="device shapes to publish, comma-separated from gpu,mig,timeslice,shared,"
+        "gpu-opportunistic (published only where --lend-after is set)",
     ),
     Flag(
         "--timeslice-shares",
@@ -179,6 +186,23 @@ FLAGS: tuple[Flag, ...] = (
         default="30m",
         help="how long a device stays below the idle threshold before its claim's status says "
         "Idle=True: seconds or a Go duration such as 30m or 1h30m",
+    ),
+    Flag(
+        "--lend-after",
+        env="DRA_LEND_AFTER",
+        type=optional_duration,
+        default="",
+        help="lend a GPU to best-effort borrowers (DeviceClass gpu-opportunistic) once its owner "
+        "has been below the idle threshold this long, or while nobody holds it: seconds or a "
+        "Go duration; empty (the default) lends nothing (docs/overcommit.md; needs telemetry)",
+    ),
+    Flag(
+        "--lend-headroom",
+        env="DRA_LEND_HEADROOM",
+        type=byte_quantity,
+        default="4Gi",
+        help="GPU memory kept free for a lent GPU's owner: a borrower may pin at most what the "
+        "owner leaves free less this, and is taken back when less than half of it is free",
     ),
     common.LOG_FORMAT,
     common.LOG_LEVEL,

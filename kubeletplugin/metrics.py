@@ -89,6 +89,37 @@ class PluginMetrics:
             "MPS control daemons found dead under their clients and started again.",
             registry=self.registry,
         )
+        # Lending (kubeletplugin/lending): per GPU, by its UUID.
+        self.gpu_lent = Counter(
+            "dra_gpu_lent_seconds",
+            "Seconds a GPU was lent: borrowers held its lent share.",
+            ["node", "uuid"],
+            registry=self.registry,
+        )
+        self.gpu_borrowed = Counter(
+            "dra_gpu_borrowed_gpu_seconds",
+            "GPU-seconds the borrowers of a lent GPU computed (their SM share times seconds).",
+            ["node", "uuid"],
+            registry=self.registry,
+        )
+        self.take_backs = Counter(
+            "dra_gpu_take_backs",
+            "Times a lent GPU was taken back from its borrowers for its owner.",
+            ["node", "uuid"],
+            registry=self.registry,
+        )
+        self.interference = Histogram(
+            "dra_gpu_take_back_interference_seconds",
+            "From the sample that found a lent GPU's owner busy to no borrower running on it.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
+            registry=self.registry,
+        )
+        self.lending_phase = Gauge(
+            "dra_gpu_lending_open",
+            "1 while a GPU may be lent (owner idle long enough, or nobody holds it), else 0.",
+            ["node", "uuid"],
+            registry=self.registry,
+        )
         # The outcome series exist from the start, so a scrape shows zeros before the first
         # call; they and the duration series are looked up once, not on every call.
         self._prepared = {o: self.prepare_claims.labels(outcome=o) for o in (SUCCESS, ERROR)}

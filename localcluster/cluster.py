@@ -53,7 +53,12 @@ from localcluster.apiserver import ApiServer
 from localcluster.control_planes import CONTROL_PLANES, default_control_plane
 from localcluster.crds import bundled_definitions
 from localcluster.defaults import DEFAULT_GPUS, DEFAULT_WATCH_HISTORY
-from localcluster.roles import claims_from_templates, node_heartbeat, scheduler
+from localcluster.roles import (
+    claims_from_templates,
+    device_taint_eviction,
+    node_heartbeat,
+    scheduler,
+)
 from localcluster.roles.node_agent import FakeLoad, NodeAgent
 from localcluster.upstream.control_plane import UpstreamControlPlane, kubeconfig_client
 
@@ -160,6 +165,7 @@ class LocalCluster:
         controller_args: tuple[str, ...] = (),
         watch_history: int = DEFAULT_WATCH_HISTORY,
         idle_after: float | None = None,
+        lend_after: float | None = None,
         plugin_metrics: bool = False,
         control_plane: str | None = None,
     ) -> None:
@@ -175,6 +181,10 @@ class LocalCluster:
             raise ValueError(f"idle_after must be at least 0 seconds, got {idle_after}")
         # The plugins' --idle-after in seconds; None leaves the plugin's default.
         self.idle_after = idle_after
+        if lend_after is not None and lend_after < 0:
+            raise ValueError(f"lend_after must be at least 0 seconds, got {lend_after}")
+        # The plugins' --lend-after in seconds; None: they lend nothing.
+        self.lend_after = lend_after
         # Each plugin serves its metrics on a port of its own, picked at start and kept across
         # restarts (the plugins share `plugin_args`, so one fixed port could not serve them all).
         self._plugin_metrics = plugin_metrics
@@ -304,6 +314,8 @@ class LocalCluster:
         args = [f"--proc-root={node.proc_root}", f"--telemetry-interval={TELEMETRY_INTERVAL_S}"]
         if self.idle_after is not None:
             args.append(f"--idle-after={self.idle_after:g}")
+        if self.lend_after is not None:
+            args.append(f"--lend-after={self.lend_after:g}")
         if node.metrics_port is not None:
             args.append(f"--metrics-port={node.metrics_port}")
         return args
@@ -432,6 +444,7 @@ class LocalCluster:
                 await asyncio.to_thread(claims_from_templates.reconcile_once, dyn)
                 await asyncio.to_thread(claims_from_templates.drop_stale_reservations, dyn)
                 await asyncio.to_thread(scheduler.reconcile_once, dyn)
+                await asyncio.to_thread(device_taint_eviction.reconcile_once, dyn)
             except Exception as err:  # a stand-in must keep going, like the real controllers
                 log.warning("control-plane stand-in pass failed", error=str(err))
             with contextlib.suppress(TimeoutError):

@@ -19,7 +19,9 @@ from api.v1alpha1.types import (
 )
 
 SERVED_DEVICE_TYPES: dict[str, frozenset[DeviceType]] = {
-    "GpuConfig": frozenset({DeviceType.GPU, DeviceType.TIMESLICE, DeviceType.SHARED}),
+    "GpuConfig": frozenset(
+        {DeviceType.GPU, DeviceType.TIMESLICE, DeviceType.SHARED, DeviceType.OPPORTUNISTIC}
+    ),
     "MigDeviceConfig": frozenset({DeviceType.MIG}),
 }
 
@@ -27,6 +29,10 @@ _STRATEGY_MISFITS: dict[tuple[SharingStrategy, DeviceType], str] = {
     (SharingStrategy.TIME_SLICING, DeviceType.SHARED): (
         "strategy TimeSlicing cannot apply to shared GPU devices, whose fractional "
         "shares are enforced with MPS; use strategy MPS"
+    ),
+    (SharingStrategy.TIME_SLICING, DeviceType.OPPORTUNISTIC): (
+        "strategy TimeSlicing cannot apply to lent GPU devices, whose borrowers are held to "
+        "MPS limits below the owner; use strategy MPS"
     ),
     (SharingStrategy.MPS, DeviceType.TIMESLICE): (
         "strategy MPS cannot apply to time-sliced GPU devices; use strategy TimeSlicing"
@@ -67,6 +73,6 @@ def default_config_for(device_type: DeviceType) -> DeviceConfig:
         return MigDeviceConfig()
     if device_type == DeviceType.TIMESLICE:
         return GpuConfig(sharing=GpuSharing(strategy=SharingStrategy.TIME_SLICING))
-    if device_type == DeviceType.SHARED:
+    if device_type in (DeviceType.SHARED, DeviceType.OPPORTUNISTIC):
         return GpuConfig(sharing=GpuSharing(strategy=SharingStrategy.MPS))
     return GpuConfig()

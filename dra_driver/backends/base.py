@@ -9,7 +9,7 @@ recovery has to be able to find and destroy a half-created device.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
@@ -111,6 +111,11 @@ class GpuBackend(Protocol):
     def usage(self) -> UsageSample:
         """How the GPUs, MIG devices and compute processes are used right now (see
         docs/telemetry.md); one GPU that cannot be read goes to `failures`, the rest stand."""
+        ...
+
+    def stop_processes(self, pids: Sequence[int]) -> tuple[int, ...]:
+        """End these compute processes now (a lent GPU taken back); the pids it could not end,
+        which are then left to their pods' eviction."""
         ...
 
     def close(self) -> None: ...

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from api.device_type import DeviceType
+from api.quantity import parse_byte_quantity
 from dra_driver.durations import parse_go_duration
 
 TRUE = frozenset({"1", "true", "yes", "on"})
@@ -65,6 +66,19 @@ def duration(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"a duration must be 0 or more, got {text!r}")
     return value
+
+
+def optional_duration(text: str) -> float | None:
+    """A duration as `duration`, or None for an empty value (the feature is off)."""
+    return duration(text) if text.strip() else None
+
+
+def byte_quantity(text: str) -> int:
+    """Bytes, as a Kubernetes quantity (`4Gi`) or a plain count."""
+    try:
+        return parse_byte_quantity(text.strip(), "value").num_bytes
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def percent(text: str) -> float:

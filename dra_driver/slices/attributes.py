@@ -133,6 +133,14 @@ def timeslice_attributes(gpu: GpuInfo, index: int) -> Attributes:
     }
 
 
+def lent_attributes(gpu: GpuInfo) -> Attributes:
+    return {
+        "type": string(DeviceType.OPPORTUNISTIC.value),
+        "parentUUID": string(gpu.uuid),
+        **parent_attributes(gpu),
+    }
+
+
 def fractional_attributes(gpu: GpuInfo) -> Attributes:
     return {
         "type": string(DeviceType.SHARED.value),

@@ -64,8 +64,12 @@ class SliceSettings:
     # Taints (wire shape) for every device of a GPU, keyed by minor: how health reaches the
     # scheduler.
     taints: Mapping[int, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
-    # Taints of single devices, keyed by device name (a share whose MPS daemon fails).
+    # Taints of single devices, keyed by device name (a share whose MPS daemon fails, a lent
+    # share whose GPU may not be lent now or whose owner is busy).
     device_taints: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    # Memory kept free for the owner of a GPU that is lent (bytes); None: the node lends
+    # nothing, and no lent share is published.
+    lend_headroom_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.timeslice_shares < 0:
@@ -76,6 +80,10 @@ class SliceSettings:
         if not 1 <= policy.compute_default <= 100:
             raise ValueError(
                 f"fractional.compute_default must be 1..100 (percent), got {policy.compute_default}"
+            )
+        if self.lend_headroom_bytes is not None and self.lend_headroom_bytes < 0:
+            raise ValueError(
+                f"lend_headroom_bytes must be 0 or more, got {self.lend_headroom_bytes}"
             )
         if policy.memory_step <= 0 or policy.memory_default < policy.memory_step:
             raise ValueError(
@@ -202,6 +210,18 @@ def _gpu_devices(
             counters.fractional(),
             multi=True,
         )
+    lendable = lendable_memory(gpu, settings)
+    if lendable is not None:
+        # Its own capacity and no counters: a borrower never takes the owner's room, so the
+        # GPU is given whole or carved up exactly as if it were not lent (docs/overcommit.md).
+        add(
+            (1, 1),
+            names.lent_share(gpu.minor),
+            attributes.lent_attributes(gpu),
+            _share_capacity(lendable, settings.fractional),
+            None,
+            multi=True,
+        )
     if DeviceType.MIG in settings.shapes and gpu.mig_enabled:
         for profile in gpu.mig_profiles:
             for placement in profile.placements:
@@ -230,9 +250,29 @@ def _gpu_devices(
     return counters, devices
 
 
+def lendable_memory(gpu: GpuInfo, settings: SliceSettings) -> int | None:
+    """The most a borrower may ask for on this GPU, None where it lends nothing: the node does
+    not lend, the shape is off, or the GPU is in MIG mode (its owners hold MIG devices, which
+    MPS clients of the whole GPU cannot share)."""
+    headroom = settings.lend_headroom_bytes
+    if (
+        headroom is None
+        or not settings.partitionable
+        or DeviceType.OPPORTUNISTIC not in settings.shapes
+        or gpu.mig_enabled
+    ):
+        return None
+    lendable = gpu.memory_bytes - headroom
+    return lendable if lendable >= settings.fractional.memory_step else None
+
+
 def _fractional_capacity(gpu: GpuInfo, policy: FractionalPolicy) -> attributes.Capacities:
+    return _share_capacity(gpu.memory_bytes, policy)
+
+
+def _share_capacity(memory_bytes: int, policy: FractionalPolicy) -> attributes.Capacities:
     step = policy.memory_step
-    top = step + (gpu.memory_bytes - step) // step * step
+    top = step + (memory_bytes - step) // step * step
     default = min(policy.memory_default, top)
     default -= (default - step) % step
     return {
@@ -244,7 +284,7 @@ def _fractional_capacity(gpu: GpuInfo, policy: FractionalPolicy) -> attributes.C
             },
         },
         "memory": {
-            "value": format_quantity(gpu.memory_bytes),
+            "value": format_quantity(memory_bytes),
             "requestPolicy": {
                 "default": format_quantity(default),
                 "validRange": {

@@ -33,6 +33,10 @@ def fractional_share(minor: int) -> str:
     return f"gpu-{minor}-shared"
 
 
+def lent_share(minor: int) -> str:
+    return f"gpu-{minor}-lent"
+
+
 def counter_set(minor: int) -> str:
     return f"gpu-{minor}"
 

@@ -61,6 +61,7 @@ from kubeletplugin.prepare.mps_lifecycle import MpsLifecycle
 from kubeletplugin.prepare.sharing import (
     MpsLimits,
     ShareError,
+    borrower_limits,
     config_limits,
     granted_limits,
     requested_interval,
@@ -70,6 +71,7 @@ from kubeletplugin.prepare.sharing import (
 )
 from kubeletplugin.prepare.targets import (
     FractionalShare,
+    LentShare,
     OnDemandMig,
     StaticMig,
     Target,
@@ -84,7 +86,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 # Device types that many claims may hold at once; every other device belongs to one claim.
-SHARED_TYPES = frozenset({DeviceType.SHARED})
+SHARED_TYPES = frozenset({DeviceType.SHARED, DeviceType.OPPORTUNISTIC})
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +118,13 @@ class Preparer:
         on_prepared_devices: Callable[[int], None] | None = None,
         claim_cache: ClaimCache | None = None,
         mps: MpsManager | None = None,
+        lendable: Callable[[int], int | None] | None = None,
     ) -> None:
-        """Without `mps`, MPS limits only travel in the environment and no daemon is run."""
+        """Without `mps`, MPS limits only travel in the environment and no daemon is run.
+        `lendable(minor)` is the memory a borrower may have on that GPU now (bytes), None when
+        the GPU may not be lent (kubeletplugin/lending); without it nothing is lent."""
         self._backend = backend
+        self.lendable: Callable[[int], int | None] = lendable or (lambda _minor: None)
         self._claims = claims
         self._claim_cache = claim_cache
         self._cdi = cdi
@@ -310,6 +316,13 @@ class Preparer:
             return MpsLimits(), None, None, False
         if isinstance(target, FractionalShare):
             limits = granted_limits(result.consumed_capacity, f"{label}: {result.where}")
+            return limits, _describe_mps(limits), None, True
+        if isinstance(target, LentShare):
+            limits = borrower_limits(
+                granted_limits(result.consumed_capacity, f"{label}: {result.where}"),
+                self.lendable(target.gpu.minor),
+                f"{label}: {result.where}.device {result.device}",
+            )
             return limits, _describe_mps(limits), None, True
         interval = requested_interval(config)
         if isinstance(target, TimeSliceShare):

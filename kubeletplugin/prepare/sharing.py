@@ -43,6 +43,9 @@ class ShareError(ValueError):
 class MpsLimits:
     thread_percentage: int | None = None
     pinned_memory_bytes: int | None = None
+    # 1 (below normal) for a borrower of a lent GPU, so the owner's kernels go first; None
+    # leaves MPS's default (normal).
+    client_priority: int | None = None
 
     def environment(self) -> tuple[str, ...]:
         """Client-side MPS variables. Memory is written in MiB (MPS accepts an `M` suffix), rounded
@@ -54,6 +57,8 @@ class MpsLimits:
         if self.pinned_memory_bytes is not None:
             mib = max(1, self.pinned_memory_bytes // MIB)
             env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={mib}M")
+        if self.client_priority is not None:
+            env.append(f"CUDA_MPS_CLIENT_PRIORITY={self.client_priority}")
         return tuple(env)
 
 
@@ -123,6 +128,36 @@ def granted_limits(consumed: Mapping[str, object] | None, where: str) -> MpsLimi
     if percent is not None and not 1 <= percent <= 100:
         raise ShareError(f"{where}.consumedCapacity.compute: {percent} is not a percentage 1..100")
     return MpsLimits(thread_percentage=percent, pinned_memory_bytes=memory)
+
+
+BORROWER_PRIORITY = 1
+"""MPS client priority "below normal": the owner's kernels are scheduled first."""
+
+
+def borrower_limits(granted: MpsLimits, lendable: int | None, where: str) -> MpsLimits:
+    """A borrower's MPS limits: what the scheduler granted, its pinned memory never above what
+    the GPU's owner leaves free now less the headroom (`lendable`, None when the GPU may not be
+    lent at all), and a priority below the owner's. Refused (ShareError) when the GPU cannot
+    be lent now or lends less than was granted: the borrower would otherwise start with less
+    memory than it was promised, or take what the owner needs."""
+    if lendable is None:
+        raise ShareError(
+            f"{where}: the GPU is not lent now (its owner is busy, has not been idle long "
+            "enough, refuses to lend, or this node does not lend)"
+        )
+    memory = granted.pinned_memory_bytes
+    if memory is None:
+        memory = lendable
+    elif memory > lendable:
+        raise ShareError(
+            f"{where}: {memory // MIB} MiB were granted but the GPU's owner leaves only "
+            f"{lendable // MIB} MiB free beyond its headroom now"
+        )
+    return MpsLimits(
+        thread_percentage=granted.thread_percentage,
+        pinned_memory_bytes=memory,
+        client_priority=BORROWER_PRIORITY,
+    )
 
 
 def _whole(raw: object, where: str) -> int | None:

@@ -65,7 +65,16 @@ class FractionalShare:
     device_type: ClassVar[DeviceType] = DeviceType.SHARED
 
 
-Target = WholeGpu | OnDemandMig | StaticMig | TimeSliceShare | FractionalShare
+@dataclass(frozen=True, slots=True)
+class LentShare:
+    """A borrower's share of a GPU its owner lends (docs/overcommit.md)."""
+
+    gpu: GpuInfo
+
+    device_type: ClassVar[DeviceType] = DeviceType.OPPORTUNISTIC
+
+
+Target = WholeGpu | OnDemandMig | StaticMig | TimeSliceShare | FractionalShare | LentShare
 
 # Profile names in device names always contain a "g" (1g10gb), so an all-digit pair is a
 # pre-created device's GI/CI ids and never a placement.
@@ -74,6 +83,7 @@ _STATIC = re.compile(r"gpu-(\d+)-mig-(\d+)-(\d+)")
 _PLACEMENT = re.compile(r"gpu-(\d+)-mig-([a-z0-9]+)-(\d+)")
 _TIMESLICE = re.compile(r"gpu-(\d+)-ts-(\d+)")
 _SHARED = re.compile(r"gpu-(\d+)-shared")
+_LENT = re.compile(r"gpu-(\d+)-lent")
 
 
 def type_word(target: Target) -> str:
@@ -117,6 +127,8 @@ def resolve_target(inventory: Inventory, device: str) -> Target:
         return TimeSliceShare(_gpu(inventory, device, match.group(1)), int(match.group(2)))
     if match := _SHARED.fullmatch(device):
         return FractionalShare(_gpu(inventory, device, match.group(1)))
+    if match := _LENT.fullmatch(device):
+        return LentShare(_gpu(inventory, device, match.group(1)))
     raise UnknownDeviceError(f"device {device}: not a device name this driver publishes")
 
 

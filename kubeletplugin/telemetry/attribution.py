@@ -122,11 +122,31 @@ def _device_uuid(
         if instance is None or instance.uuid is None:
             return None, "the claim's record has no MIG device at this placement"
         return instance.uuid, ""
-    if device.device_type in (DeviceType.TIMESLICE, DeviceType.SHARED) and device.mps_uuid:
+    if device.device_type in _SHARES and device.mps_uuid:
         return device.mps_uuid, ""  # MPS on a MIG device: the MIG device's processes
     if gpu is None:
         return None, "the GPU is not in the sample"
     return gpu.uuid, ""
+
+
+_SHARES = frozenset({DeviceType.TIMESLICE, DeviceType.SHARED, DeviceType.OPPORTUNISTIC})
+"""Devices one of several claims holds on a GPU: figured from their own pods' processes."""
+
+
+def _borrowers(
+    claims: Iterable[ClaimRecord], pods: Mapping[str, ClaimPods], sample: UsageSample
+) -> dict[str, frozenset[str]]:
+    """GPU UUID -> the pods borrowing it (claims holding its lent share)."""
+    uuids = {g.minor: g.uuid for g in sample.gpus}
+    found: dict[str, set[str]] = {}
+    for claim in claims:
+        if claim.state is not ClaimState.PREPARE_COMPLETED:
+            continue
+        for device in claim.devices:
+            if device.device_type is DeviceType.OPPORTUNISTIC and device.minor in uuids:
+                known = pods.get(claim.uid, ClaimPods()).uids
+                found.setdefault(uuids[device.minor], set()).update(known)
+    return {uuid: frozenset(uids) for uuid, uids in found.items()}
 
 
 def _sum(values: Iterable[float | int | None]) -> float | None:
@@ -182,6 +202,8 @@ def attribute(
             pod_cache[pid] = pod_of(pid)
         return pod_cache[pid]
 
+    claims = list(claims)
+    borrowers = _borrowers(claims, pods, sample)
     devices: list[DeviceUsage] = []
     skipped: list[Skipped] = []
     # uuid -> the claims with a device on it: to tell a stranger's process from a stale list
@@ -202,7 +224,7 @@ def attribute(
             holders.setdefault(uuid, set()).add(claim.uid)
             sm: float | None
             memory: float | None
-            if device.device_type in (DeviceType.TIMESLICE, DeviceType.SHARED):
+            if device.device_type in _SHARES:
                 mine: list[ProcessUsage] = []
                 for process in by_uuid.get(uuid, ()):
                     owner = lookup(process.pid)
@@ -214,6 +236,11 @@ def attribute(
                 memory = _sum(p.memory_used_bytes for p in mine)
             elif uuid in migs:
                 sm, memory = migs[uuid].sm_percent, migs[uuid].memory_used_bytes
+            elif uuid in gpus and uuid in borrowers:
+                # A lent GPU: its owner's figures are its processes', not the borrowers'.
+                theirs = [p for p in by_uuid.get(uuid, ()) if lookup(p.pid) not in borrowers[uuid]]
+                sm = _bounded(_sum(p.sm_percent for p in theirs), gpus[uuid].sm_percent)
+                memory = _sum(p.memory_used_bytes for p in theirs)
             elif uuid in gpus:
                 sm, memory = gpus[uuid].sm_percent, gpus[uuid].memory_used_bytes
                 if sm is None and _runs_nothing(gpus[uuid].minor, uuid, sample, by_uuid):

@@ -42,6 +42,19 @@ POD_REFRESH_S = 60.0
 """At most one re-read of a claim per this many seconds because of a pod it does not list."""
 
 
+class Observer(Protocol):
+    """Told of every sample with its attribution (the lender, kubeletplugin/lending)."""
+
+    async def __call__(
+        self,
+        sample: UsageSample,
+        claims: dict[str, ClaimRecord],
+        attributed: Attribution,
+        pods: dict[str, ClaimPods],
+        pod_of: Callable[[int], Any],
+    ) -> None: ...
+
+
 class StatusWriter(Protocol):
     def read(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -74,8 +87,10 @@ class TelemetrySampler:
         metrics: PluginMetrics,
         clock: Callable[[], datetime] = _utc_now,
         monotonic: Callable[[], float] = time.monotonic,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
+        self._observer = observer
         self._usage = usage
         self._checkpoint = checkpoint
         self._writer = writer
@@ -164,6 +179,10 @@ class TelemetrySampler:
                 self.tracker.idle_seconds(key),
             )
         self._start_writes()
+        if self._observer is not None:
+            await self._observer(
+                sample, claims, result, dict(self._pods), lambda pid: process_pod(proc_root, pid)
+            )
 
     async def flush_writes(self) -> None:
         """Wait for the status writes in flight (tests, shutdown)."""

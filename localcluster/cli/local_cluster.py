@@ -54,6 +54,7 @@ async def _serve(args: argparse.Namespace) -> int:
         gpus=args.gpus or DEFAULT_GPUS,
         watch_history=args.watch_history,
         idle_after=args.idle_after,
+        lend_after=args.lend_after,
         plugin_metrics=True,
         control_plane=args.control_plane,
     ) as cluster:
@@ -139,6 +140,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="every plugin's --idle-after: how long a device must stay unused before its "
         "claim's status says Idle=True (default: the plugin's, 30 minutes; the demo uses "
         f"{DEMO_IDLE_AFTER_S:g} s); the plugins sample usage every second",
+    )
+    parser.add_argument(
+        "--lend-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="every plugin's --lend-after: lend a GPU to best-effort borrowers (DeviceClass "
+        "gpu-opportunistic) once its owner has been idle this long, or while nobody holds it "
+        "(default: lend nothing; docs/overcommit.md)",
     )
     parser.add_argument(
         "--control-plane",

@@ -25,11 +25,15 @@ What kubelet does and this agent mirrors:
   same way: eviction is a delete.
 
 Fake load (tests and demos only, nodes with fake GPUs): a pod annotated
-``gpu.dra-driver.dev/fake-utilization: "<0..100>"`` "runs" one fake process per device it got
-from the driver, using that percent of the device (none at 0), from the moment it starts until
-its claims are released (:mod:`dra_driver.backends.fake.load`), so the plugin's telemetry measures
-something. A value that is not such a number is a configuration error of the pod, refused as
-kubelet refuses one: a Warning Event on the pod, and the pod does not start until it is fixed.
+``gpu.dra-driver.dev/fake-utilization`` "runs" one fake process per device it got from the
+driver, from the moment it starts until its claims are released
+(:mod:`dra_driver.backends.fake.load`), so the plugin's telemetry measures something. The value
+is a percent of the device (``"80"``; none at ``"0"``), steps from the pod's start
+(``"0:5,20:80"``: 5 %, then 80 % from 20 s on), or a daily curve on a compressed day shared by
+every pod through the wall clock (``"daily:peak=80,valley=5,day=120,phase=0.25"``), see
+:mod:`dra_driver.backends.fake.load_curve`. Any other value is a configuration error of the pod,
+refused as kubelet refuses one: a Warning Event on the pod, and the pod does not start until
+it is fixed.
 
 What it does not: containers, the 45 s per-call deadline is configurable rather than fixed,
 the claim cache is not checkpointed (a restarted agent prepares running pods again, which is
@@ -41,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +59,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.backends.errors import BackendError
 from dra_driver.backends.fake.load import apply_pod_load, clear_pod_load
+from dra_driver.backends.fake.load_curve import VALID_FORMS, LoadCurve
 from dra_driver.cdi import CdiError, CdiSpec, CdiSpecDir, container_environment
 from dra_driver.kubeletapi import KUBELET_CALL_TIMEOUT_S
 from dra_driver.kubeletapi.client import DraClient
@@ -81,14 +85,13 @@ PREPARE_ERROR_ANNOTATION: Final = "dra.local/prepare-error"
 PREPARED_CONDITION: Final = "dra.local/ResourcesPrepared"
 
 #: Test-only: percent (0..100) of SM time and memory that the pod's fake processes use on each
-#: GPU or MIG device it got; read when the pod starts, on nodes with fake GPUs only.
+#: GPU or MIG device it got, constant or over time (`LoadCurve`); read when the pod starts, on
+#: nodes with fake GPUs only.
 FAKE_UTILIZATION_ANNOTATION: Final = "gpu.dra-driver.dev/fake-utilization"
-#: Reason of the Warning Event on a pod whose fake-utilization annotation is not such a number.
+#: Reason of the Warning Event on a pod whose fake-utilization annotation does not parse.
 INVALID_FAKE_UTILIZATION: Final = "InvalidFakeUtilization"
 
 _CDI_SUFFIXES: Final = (".yaml", ".yml", ".json")
-# Plain decimal numbers only ("0", "80", "12.5"): no signs, exponents, spaces, nan or inf.
-_PERCENT = re.compile(r"[0-9]+(\.[0-9]+)?")
 _COMPONENT: Final = "node-agent"
 
 Obj = dict[str, Any]
@@ -261,10 +264,10 @@ class NodeAgent:
         if unregistered:
             log.info("waiting for drivers to register", pod=_key(pod), drivers=unregistered)
             return 0
-        percent: float | None = None
+        load: LoadCurve | None = None
         if self.fake_load is not None:
             try:
-                percent = fake_utilization(pod)
+                load = fake_utilization(pod)
             except ValueError as error:
                 return await self._refuse(pod, str(error))
 
@@ -306,9 +309,9 @@ class NodeAgent:
             except CdiError as error:
                 problems.append(f"CDI: {error}")
 
-        if not problems and percent is not None:
+        if not problems and load is not None:
             try:
-                await self._start_load(record, own, env, percent)
+                await self._start_load(record, own, env, load)
             except (BackendError, ValueError, OSError) as error:
                 problems.append(f"fake load: {error}")
 
@@ -333,14 +336,14 @@ class NodeAgent:
         record: _PodRecord,
         devices: Sequence[PreparedDevice],
         env: Mapping[str, str],
-        percent: float,
+        load: LoadCurve,
     ) -> None:
         """One fake process per device the pod got from the driver with fake GPUs.
 
         A device's UUID (the GPU's, or the MIG device's) is what its CDI spec tells the
         container (``DRA_DEVICE_<NAME>``); time-slice and MPS shares name their GPU's UUID.
-        At 0 percent there is none. Replaces the pod's earlier processes, so a repeated start
-        is harmless.
+        A load never above 0 percent has none. Replaces the pod's earlier processes, so a
+        repeated start is harmless (a curve keeps its start, see `apply_pod_load`).
         """
         assert self.fake_load is not None
         uuids: list[str] = []
@@ -352,25 +355,25 @@ class NodeAgent:
                 )
             uuids.append(found)
         record.loaded = True  # from here on, release must end whatever may have started
-        load = self.fake_load
-        if percent == 0:
+        where = self.fake_load
+        if load.is_zero:
             # A pod that never touches its GPU has no process there (docs/telemetry.md); one
             # from an earlier start with another value ends.
             await asyncio.to_thread(
-                clear_pod_load, load.state_dir, self.node_name, load.proc_root, record.uid
+                clear_pod_load, where.state_dir, self.node_name, where.proc_root, record.uid
             )
-            log.info("no fake load: 0 percent", pod=record.key, uuids=uuids)
+            log.info("no fake load: 0 percent", pod=record.key, load=str(load), uuids=uuids)
             return
         pids = await asyncio.to_thread(
             apply_pod_load,
-            load.state_dir,
+            where.state_dir,
             self.node_name,
-            load.proc_root,
+            where.proc_root,
             record.uid,
             uuids,
-            percent,
+            load,
         )
-        log.info("fake load started", pod=record.key, percent=percent, uuids=uuids, pids=pids)
+        log.info("fake load started", pod=record.key, load=str(load), uuids=uuids, pids=pids)
 
     async def _refuse(self, pod: Obj, message: str) -> int:
         """Keep a pod with an unusable annotation from starting, as kubelet keeps a pod whose
@@ -697,21 +700,24 @@ def _key(pod: Obj) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
-def fake_utilization(pod: Obj) -> float | None:
-    """The pod's fake-utilization annotation as a percent; None without it.
+def fake_utilization(pod: Obj) -> LoadCurve | None:
+    """The pod's fake-utilization annotation as a load curve; None without it.
 
-    Raises ValueError naming the pod, the annotation and the value when it is not a plain
-    decimal number from 0 to 100.
+    Raises ValueError naming the pod, the annotation and the value, with what is wrong and the
+    valid forms, when it is not a percent from 0 to 100, steps or a daily curve
+    (`LoadCurve.parse`): the Event it becomes is all a pod's author sees.
     """
     value = (pod["metadata"].get("annotations") or {}).get(FAKE_UTILIZATION_ANNOTATION)
     if value is None:
         return None
-    if isinstance(value, str) and _PERCENT.fullmatch(value) and float(value) <= 100:
-        return float(value)
-    raise ValueError(
-        f"pod {_key(pod)}: annotation {FAKE_UTILIZATION_ANNOTATION}={value!r} is not a number "
-        'from 0 to 100 (percent of each device\'s SM time and memory, e.g. "0" or "80")'
-    )
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"{type(value).__name__} is not text; expected {VALID_FORMS}")
+        return LoadCurve.parse(value)
+    except ValueError as error:
+        raise ValueError(
+            f"pod {_key(pod)}: annotation {FAKE_UTILIZATION_ANNOTATION}={value!r}: {error}"
+        ) from None
 
 
 def _alloc(claim: Obj) -> Obj | None:

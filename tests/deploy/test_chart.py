@@ -14,7 +14,7 @@ from controller.flags import FLAGS as CONTROLLER_FLAGS
 from dra_driver.cli.flag_types import duration, percent
 from dra_driver.cli.flagdocs import environment_variables
 from dra_driver.cli.flags import Flag, build_parser
-from dra_driver.deviceclasses import device_classes
+from dra_driver.deviceclasses import SHAPES, device_classes
 from dra_driver.workload_profile import profile_text
 from kubeletplugin.flags import FLAGS as PLUGIN_FLAGS
 from tests.deploy.chart import CHART, KUBE_VERSIONS, VALUE_SETS, find, one, render, render_text
@@ -65,9 +65,9 @@ def test_bad_values_name_the_field() -> None:
 @pytest.mark.parametrize(
     ("value_set", "driver", "shapes", "extended"),
     [
-        ("defaults", "gpu.dra-driver.dev", ("gpu", "mig", "timeslice", "shared"), {}),
+        ("defaults", "gpu.dra-driver.dev", SHAPES, {}),
         ("custom-driver", "gpu.example.com", ("gpu", "mig"), {"gpu": "nvidia.com/gpu"}),
-        ("plugin-only", "acme.example.org", ("gpu", "mig", "timeslice", "shared"), {}),
+        ("plugin-only", "acme.example.org", SHAPES, {}),
     ],
 )
 def test_device_classes_are_the_ones_the_code_defines(
@@ -86,6 +86,7 @@ def test_default_device_class_names() -> None:
         "mig.dra-driver.dev",
         "timeslice.dra-driver.dev",
         "shared.dra-driver.dev",
+        "gpu-opportunistic.dra-driver.dev",
     ]
 
 

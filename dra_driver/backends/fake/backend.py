@@ -353,6 +353,15 @@ class FakeBackend:
                 state.processes,
             )
 
+    def stop_processes(self, pids: Sequence[int]) -> tuple[int, ...]:
+        """A fake process ends at once: it leaves the node's state, so no sample sees it."""
+        self._check_open("stop processes")
+        wanted = set(pids)
+        with self._store.transaction() as state:
+            known = {p.pid for p in state.processes}
+            state.processes = [p for p in state.processes if p.pid not in wanted]
+        return tuple(pid for pid in pids if pid not in known)
+
     def close(self) -> None:
         self._closed = True
 

@@ -10,12 +10,13 @@ reads the same file shape it reads on a real node.
 from __future__ import annotations
 
 import hashlib
-import math
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from dra_driver.backends.errors import NotFoundError
+from dra_driver.backends.fake.load_curve import LoadCurve
 from dra_driver.backends.fake.state import (
     FakeState,
     FileStateStore,
@@ -35,17 +36,26 @@ def apply_pod_load(
     proc_root: Path,
     pod_uid: str,
     uuids: Sequence[str],
-    percent: float,
+    percent: float | LoadCurve,
+    *,
+    started_at: float | None = None,
 ) -> tuple[int, ...]:
     """Replace the pod's fake processes with one per UUID (GPU or MIG device of the node), each
-    using `percent` of its device's SM time and memory; return the new pids in `uuids` order.
+    using `percent` of its device's SM time and memory, a number or a curve over time; return
+    the new pids in `uuids` order.
 
-    At 0 % the pod runs nothing on its devices and no process is started: a process that holds
-    no memory and runs no kernel is what a pod that never touches its GPU looks like, and on a
-    GPU in MIG mode NVML could not even tell such a process's use (no SM figure there)."""
-    _check_percent(percent)
+    A curve never above 0 % starts no process: a process that holds no memory and runs no
+    kernel is what a pod that never touches its GPU looks like, and on a GPU in MIG mode NVML
+    could not even tell such a process's use (no SM figure there).
+
+    A curve counts its steps from `started_at` (epoch seconds; now by default). Given the same
+    curve again without `started_at`, the pod keeps its earlier start: a repeated start of the
+    same pod (the node agent prepares running pods again after a restart) must not replay the
+    steps from the beginning."""
+    curve = percent if isinstance(percent, LoadCurve) else _constant(percent)
     if not pod_uid:
         raise ValueError("pod_uid must not be empty")
+    wire = None if curve.is_constant else curve.to_wire()
     with FileStateStore(state_dir, node_name).transaction() as state:
         totals = _device_memory(state)
         for uuid in uuids:
@@ -56,21 +66,29 @@ def apply_pod_load(
                     f"node {node_name} has no GPU or MIG device {uuid}",
                     code=int(NvmlReturn.NOT_FOUND),
                 )
-        replaced = [p.pid for p in state.processes if p.pod_uid == pod_uid]
+        earlier = [p for p in state.processes if p.pod_uid == pod_uid]
+        start = started_at
+        if start is None and wire is not None:
+            start = next((p.started_at for p in earlier if p.curve == wire), None)
+        if start is None:
+            start = time.time()
         state.processes = [p for p in state.processes if p.pod_uid != pod_uid]
+        at_start = curve.percent_at(start, start)
         started: list[ProcessRecord] = []
-        for uuid in uuids if percent > 0 else ():
+        for uuid in () if curve.is_zero else uuids:
             started.append(
                 ProcessRecord(
                     pid=state.allocate_pid(),
                     pod_uid=pod_uid,
                     uuid=uuid,
-                    sm_percent=float(percent),
-                    memory_bytes=int(totals[uuid] * percent / 100),
+                    sm_percent=at_start,
+                    memory_bytes=int(totals[uuid] * at_start / 100),
+                    curve=wire,
+                    started_at=None if wire is None else start,
                 )
             )
         state.processes.extend(started)
-    _remove_proc_dirs(proc_root, replaced)
+    _remove_proc_dirs(proc_root, [p.pid for p in earlier])
     for process in started:
         directory = proc_root / str(process.pid)
         directory.mkdir(parents=True, exist_ok=True)
@@ -98,14 +116,12 @@ def cgroup_line(pod_uid: str, pid: int) -> str:
     )
 
 
-def _check_percent(percent: float) -> None:
-    if (
-        isinstance(percent, bool)
-        or not isinstance(percent, int | float)
-        or not math.isfinite(percent)
-        or not 0 <= percent <= 100
-    ):
-        raise ValueError(f"percent must be a number from 0 to 100, got {percent!r}")
+def _constant(percent: float) -> LoadCurve:
+    """The curve of a plain percent, with the message callers have always seen for a bad one."""
+    try:
+        return LoadCurve.constant(percent)
+    except ValueError:
+        raise ValueError(f"percent must be a number from 0 to 100, got {percent!r}") from None
 
 
 def _device_memory(state: FakeState) -> dict[str, int]:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dra_driver.backends.fake.load_curve import LoadCurve
+
 STATE_VERSION = 2
 # Versions this code reads; version 1 predates fake processes and reads as "none running".
 READABLE_VERSIONS = frozenset({1, 2})
@@ -109,14 +111,21 @@ class EventRecord:
 
 @dataclass(slots=True)
 class ProcessRecord:
-    """A fake compute process of a pod, on a GPU or MIG device (by UUID), using a fixed share of
-    that device's SM time and memory."""
+    """A fake compute process of a pod, on a GPU or MIG device (by UUID), using a share of that
+    device's SM time and memory.
+
+    Without `curve` the share is fixed: `sm_percent` and `memory_bytes`. With one (the wire form
+    of a `LoadCurve`, read back by `fake.usage` at every sample) the share changes over time,
+    and those two fields hold the figures at `started_at` (epoch seconds), so that a reader
+    that knows nothing of curves still sees a plausible process."""
 
     pid: int
     pod_uid: str
     uuid: str
     sm_percent: float
     memory_bytes: int
+    curve: str | None = None
+    started_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -161,18 +170,24 @@ def encode_state(state: FakeState) -> str:
         ],
         "gpus": {uuid: _encode_gpu(record) for uuid, record in sorted(state.gpus.items())},
         "nextPid": state.next_pid,
-        "processes": [
-            {
-                "pid": p.pid,
-                "podUid": p.pod_uid,
-                "uuid": p.uuid,
-                "smPercent": p.sm_percent,
-                "memoryBytes": p.memory_bytes,
-            }
-            for p in state.processes
-        ],
+        "processes": [_encode_process(p) for p in state.processes],
     }
     return json.dumps(document, indent=1, sort_keys=True) + "\n"
+
+
+def _encode_process(process: ProcessRecord) -> dict[str, Any]:
+    encoded: dict[str, Any] = {
+        "pid": process.pid,
+        "podUid": process.pod_uid,
+        "uuid": process.uuid,
+        "smPercent": process.sm_percent,
+        "memoryBytes": process.memory_bytes,
+    }
+    # Only curves add keys: a constant load's file stays as earlier versions wrote it.
+    if process.curve is not None:
+        encoded["curve"] = process.curve
+        encoded["startedAt"] = process.started_at
+    return encoded
 
 
 def _encode_fault(fault: CreateFault | None) -> dict[str, Any] | None:
@@ -321,7 +336,21 @@ def _decode_process(raw: _Reader) -> ProcessRecord:
         uuid=raw.get("uuid").as_str(),
         sm_percent=raw.get("smPercent").as_float(),
         memory_bytes=raw.get("memoryBytes").as_int(),
+        # Files from before curves have neither key: the process uses its fixed share.
+        curve=_decode_curve(raw.get("curve")) if raw.has("curve") else None,
+        started_at=raw.get("startedAt").as_float() if raw.has("curve") else None,
     )
+
+
+def _decode_curve(raw: _Reader) -> str:
+    """The curve's wire form, refused here if it does not parse: a sample must not fail later
+    on a file that loaded."""
+    text = raw.as_str()
+    try:
+        LoadCurve.from_wire(text)
+    except ValueError as error:
+        raise _ShapeError(f"{raw.where}: {error}") from None
+    return text
 
 
 def _decode_fault(raw: _Reader) -> CreateFault | None:

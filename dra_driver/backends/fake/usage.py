@@ -10,12 +10,20 @@ figures are None exactly where NVML has none:
   performance monitoring (compute capability 9.0, Hopper, and later);
 - a process: its memory, and its SM percent except on a MIG device;
 - an unhealthy GPU: a failure, as NVML calls on a lost GPU fail, and none of its figures.
+
+A process with a load curve is read at the moment of the sample: its percent is the curve's
+at that time, and its memory that percent of its device's memory as the sample reports the
+device's total.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterable, Sequence
 
+from dra_driver.backends.fake.load_curve import LoadCurve
 from dra_driver.backends.fake.state import GpuRecord, ProcessRecord
 from dra_driver.backends.usage import (
     GpuUsage,
@@ -28,6 +36,10 @@ from dra_driver.inventory.model import GpuInfo, MigDevice
 
 MIB = 1024 * 1024
 GPM_MIN_COMPUTE_MAJOR = 9
+
+#: Where a sample reads the time when its caller gives none. The backend samples without a
+#: time, so a test of the whole backend replaces this rather than waiting for a curve to move.
+wall_clock: Callable[[], float] = time.time
 
 
 def has_gpm(gpu: GpuInfo) -> bool:
@@ -44,10 +56,21 @@ def mig_memory_bytes(gpu: GpuInfo, device: MigDevice) -> int | None:
 def fake_usage(
     gpus: Iterable[tuple[GpuInfo, GpuRecord, Sequence[MigDevice]]],
     processes: Sequence[ProcessRecord],
+    *,
+    now: float | None = None,
 ) -> UsageSample:
+    """The sample at `now` (epoch seconds; `wall_clock()` when None)."""
+    gpus = tuple(gpus)
+    at = wall_clock() if now is None else now
+    totals: dict[str, int | None] = {}
+    for gpu, _, mig_devices in gpus:
+        totals[gpu.uuid] = gpu.memory_bytes
+        for device in mig_devices:
+            totals[device.uuid] = mig_memory_bytes(gpu, device)
     by_device: dict[str, list[ProcessRecord]] = {}
     for process in processes:
-        by_device.setdefault(process.uuid, []).append(process)
+        current = _at(process, at, totals.get(process.uuid))
+        by_device.setdefault(process.uuid, []).append(current)
     gpu_figures: list[GpuUsage] = []
     mig_figures: list[MigUsage] = []
     process_figures: list[ProcessUsage] = []
@@ -109,3 +132,22 @@ def fake_usage(
 
 def _busy(processes: Sequence[ProcessRecord]) -> float:
     return min(100.0, sum(p.sm_percent for p in processes))
+
+
+def _at(process: ProcessRecord, now: float, device_memory: int | None) -> ProcessRecord:
+    """The process with its figures at `now`: a fixed share as recorded, a curve evaluated.
+
+    A device whose memory the sample does not know keeps the memory recorded at the start
+    rather than inventing one."""
+    if process.curve is None:
+        return process
+    started = now if process.started_at is None else process.started_at
+    percent = _curve(process.curve).percent_at(now, started)
+    memory = process.memory_bytes if device_memory is None else int(device_memory * percent / 100)
+    return dataclasses.replace(process, sm_percent=percent, memory_bytes=memory)
+
+
+@functools.lru_cache(maxsize=256)
+def _curve(wire: str) -> LoadCurve:
+    # Every sample reads every process; the few curves in use parse once.
+    return LoadCurve.from_wire(wire)

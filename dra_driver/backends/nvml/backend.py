@@ -11,7 +11,7 @@ NUMA, NVLink), health (XID events), usage (utilisation and memory figures) and
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -372,6 +372,12 @@ class NvmlBackend:
         if not self._gpus:
             self._discover()
         return self._health.drain(self._event_targets())
+
+    def stop_processes(self, pids: Sequence[int]) -> tuple[int, ...]:
+        """None: NVML has no call that ends a process, and the pids it reports are the host's,
+        which mean other processes in the plugin's own PID namespace; the borrowers' pods are
+        evicted instead (docs/overcommit.md)."""
+        return tuple(pids)
 
     def usage(self) -> UsageSample:
         """How each GPU is used now; a GPU whose calls fail is in `failures`, not an error."""

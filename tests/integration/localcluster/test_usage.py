@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends.fake.load_curve import LoadCurve
 from dra_driver.backends.fake.state import FileStateStore
 from dra_driver.cli.main import build_parser
 from dra_driver.device_status import allocated_devices, idleness
@@ -227,7 +228,7 @@ async def test_an_invalid_annotation_keeps_the_pod_from_starting_until_fixed(
 
 @pytest.mark.parametrize("value", ["0", "80", "100", "12.5", "007"])
 def test_a_plain_number_from_0_to_100_is_accepted(value: str) -> None:
-    assert fake_utilization(_pod("p", value)) == float(value)
+    assert fake_utilization(_pod("p", value)) == LoadCurve.constant(float(value))
 
 
 @pytest.mark.parametrize(

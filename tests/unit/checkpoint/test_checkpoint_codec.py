@@ -271,7 +271,7 @@ _GOOD: dict[str, Any] = {
                 }
             ),
             "data.claims['u'].devices[0].shape: unknown device kind 'vgpu' (known: gpu, mig, "
-            "timeslice, shared, static-mig)",
+            "timeslice, shared, gpu-opportunistic, static-mig)",
         ),
         (
             _document(

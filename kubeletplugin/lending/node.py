@@ -1,0 +1,171 @@
+"""Lending on this node: the lender's phases turned into taints, metrics and take-backs.
+
+Taking a GPU back is three things at once, because each covers what the others cannot: the
+lent share's NoExecute taint (Kubernetes' device-taint eviction deletes the borrowers' pods,
+which releases their claims through the usual path, so the GPU's shares and counters end as
+they were), stopping the borrowers' processes on the node now (the backend ends what it can;
+the fake GPUs' processes end at once, NVML cannot end a process, see docs/overcommit.md), and a
+Warning Event on each borrower pod that says why its work was lost. The interference time runs
+from the sample that found the owner busy to the first look that finds none of the borrowers'
+processes on the GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from kubernetes import client
+
+from dra_driver.backends.base import GpuBackend
+from dra_driver.backends.usage import UsageSample
+from dra_driver.checkpoint.model import ClaimRecord
+from dra_driver.events import post_event
+from dra_driver.slices import names
+from kubeletplugin.lending.lender import Lender, Phase, TakeBack
+from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.telemetry.attribution import Attribution, ClaimPods
+
+log = structlog.get_logger(__name__)
+
+TAKE_BACK_REASON = "GpuTakenBack"
+CONFIRM_POLL_S = 0.05
+CONFIRM_LIMIT_S = 60.0
+"""How long a take-back watches for the borrowers' processes to go (NVML cannot end them, so
+there it waits for the eviction); the interference time is recorded in any case."""
+
+
+class NodeLending:
+    def __init__(
+        self,
+        lender: Lender,
+        backend: GpuBackend,
+        api: client.ApiClient,
+        metrics: PluginMetrics,
+        node_name: str,
+        interval_s: float,
+        changed: Callable[[], None],
+        component: str,
+    ) -> None:
+        self.lender = lender
+        self._backend = backend
+        self._api = api
+        self._metrics = metrics
+        self._node = node_name
+        self._interval_s = interval_s
+        self._changed = changed
+        self._component = component
+        self.lent_minors: tuple[int, ...] = ()
+        self._uuids: dict[int, str] = {}
+        self._taking: dict[int, asyncio.Task[None]] = {}
+        self._taints: dict[str, list[dict[str, str]]] = {}
+        self.interference: list[float] = []
+        """Every take-back's interference time, in seconds (tests, benchmarks)."""
+
+    def taints(self) -> dict[str, list[dict[str, str]]]:
+        """The lent shares' taints; a GPU not sampled yet is closed."""
+        found = self.lender.taints()
+        closed = self.lender.taint(Phase.CLOSED)
+        assert closed is not None
+        for minor in self.lent_minors:
+            if self.lender.phase(minor) is None:
+                found[names.lent_share(minor)] = [closed]
+        return found
+
+    async def __call__(
+        self,
+        sample: UsageSample,
+        claims: dict[str, ClaimRecord],
+        attributed: Attribution,
+        pods: dict[str, ClaimPods],
+        pod_of: Callable[[int], Any],
+    ) -> None:
+        self._uuids = {g.minor: g.uuid for g in sample.gpus}
+        take_backs = self.lender.observe(sample, claims, attributed, pods, pod_of, self.lent_minors)
+        taints = self.taints()
+        if taints != self._taints:
+            self._taints = taints
+            self._changed()
+        self._account(attributed, claims)
+        for take in take_backs:
+            running = self._taking.get(take.minor)
+            if running is None or running.done():
+                self._taking[take.minor] = asyncio.create_task(
+                    self._take_back(take, pod_of), name=f"take-back-{take.minor}"
+                )
+
+    def _account(self, attributed: Attribution, claims: dict[str, ClaimRecord]) -> None:
+        for minor in self.lent_minors:
+            gpu = self._uuids.get(minor)
+            if gpu is None:
+                continue
+            labels = (self._node, gpu)
+            open_now = self.lender.phase(minor)
+            self._metrics.lending_phase.labels(*labels).set(1 if open_now is Phase.OPEN else 0)
+            if self.lender.borrowed(minor):
+                self._metrics.gpu_lent.labels(*labels).inc(self._interval_s)
+        for device in attributed.devices:
+            record = claims.get(device.claim_uid)
+            if record is None or not device.device.endswith("-lent") or device.sm_percent is None:
+                continue
+            gpu = self._uuids.get(_minor_of(device.device))
+            if gpu is not None:
+                self._metrics.gpu_borrowed.labels(self._node, gpu).inc(
+                    device.sm_percent / 100 * self._interval_s
+                )
+
+    async def _take_back(self, take: TakeBack, pod_of: Callable[[int], Any]) -> None:
+        gpu = self._uuids.get(take.minor, "")
+        self._metrics.take_backs.labels(self._node, gpu).inc()
+        left = await asyncio.to_thread(self._backend.stop_processes, take.pids)
+        log.info(
+            "lent GPU taken back",
+            gpu=take.minor,
+            reason=take.reason,
+            stopped=len(take.pids) - len(left),
+            left_to_eviction=len(left),
+        )
+        for borrower in take.borrowers:
+            for name in borrower.pods.names:
+                await asyncio.to_thread(self._event, borrower.claim.namespace, name, take.reason)
+        uids = {u for b in take.borrowers for u in b.pods.uids}
+        deadline = time.monotonic() + CONFIRM_LIMIT_S
+        while time.monotonic() < deadline:
+            sample = await asyncio.to_thread(self._backend.usage)
+            if not any(p.uuid == gpu and pod_of(p.pid) in uids for p in sample.processes):
+                break
+            await asyncio.sleep(CONFIRM_POLL_S)
+        seconds = time.monotonic() - take.busy_at
+        self.interference.append(seconds)
+        self._metrics.interference.observe(seconds)
+        log.info("borrowers gone from the GPU", gpu=take.minor, interference_s=round(seconds, 3))
+
+    def _event(self, namespace: str, pod: str, reason: str) -> None:
+        post_event(
+            self._api,
+            namespace,
+            {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace},
+            "Warning",
+            TAKE_BACK_REASON,
+            f"{reason}; the work this pod did on it since it last saved is lost, and the pod "
+            "is evicted (its claim is released as usual)",
+            self._component,
+            self._node,
+        )
+
+    async def stop(self) -> None:
+        tasks: Sequence[asyncio.Task[None]] = list(self._taking.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _minor_of(device: str) -> int:
+    try:
+        return int(device.split("-")[1])
+    except (IndexError, ValueError):
+        return -1

@@ -1,0 +1,198 @@
+"""A borrower runs on an idle owner's GPU and is gone soon after the owner turns busy, for
+pods placed by the scheduler and for gated pods; the owner's claim, and the GPU's devices and
+counters, end as they were (docs/overcommit.md)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.backends.fake.load import apply_pod_load
+from dra_driver.backends.fake.state import FileStateStore
+from dra_driver.deviceclasses import device_classes
+from localcluster.cluster import TELEMETRY_INTERVAL_S, LocalCluster
+from tests.support.polling import eventually
+
+DRIVER = DEFAULT_DRIVER_NAME
+GATE = f"{DRIVER}/allocation"
+LEND_AFTER_S = 2.0
+TARGET_S = TELEMETRY_INTERVAL_S + 2.0
+
+
+def _template(name: str, device_class: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "req", "exactly": {"deviceClassName": device_class}}]
+                }
+            }
+        },
+    }
+
+
+def _pod(name: str, template: str, load: str, *, gated: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "d"}]}}
+        ],
+        "resourceClaims": [{"name": "d", "resourceClaimTemplateName": template}],
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "annotations": {f"{DRIVER}/fake-utilization": load},
+        },
+        "spec": spec,
+    }
+
+
+def _interference(port: int) -> tuple[float, float]:
+    """(count, sum) of the plugin's interference histogram."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    figures = {}
+    for line in text.splitlines():
+        if line.startswith("dra_gpu_take_back_interference_seconds_"):
+            name, value = line.rsplit(" ", 1)
+            figures[name.split("{")[0]] = float(value)
+    return (
+        figures.get("dra_gpu_take_back_interference_seconds_count", 0.0),
+        figures.get("dra_gpu_take_back_interference_seconds_sum", 0.0),
+    )
+
+
+def _devices_and_counters(objects: client.CustomObjectsApi) -> Any:
+    """The node's published devices and counters, taints left out."""
+    listed: Any = objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+    found = []
+    for item in sorted(listed["items"], key=lambda s: s["metadata"]["name"]):
+        spec = dict(item["spec"])
+        spec["devices"] = [
+            {k: v for k, v in d.items() if k != "taints"} for d in spec.get("devices") or []
+        ]
+        found.append(spec)
+    return found
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["scheduler", "controller"])
+async def test_a_borrower_runs_while_the_owner_idles_and_goes_when_it_is_busy(
+    gated: bool, tmp_path: Path
+) -> None:
+    gpus = tmp_path / "gpus.yaml"  # a GPU in MIG mode lends nothing
+    gpus.write_text("gpus:\n  - profile: H100-SXM5-80GB\n    count: 1\n    migEnabled: false\n")
+    async with LocalCluster(
+        nodes=1, gpus=str(gpus), lend_after=LEND_AFTER_S, plugin_metrics=True
+    ) as cluster:
+        await cluster.wait_registered()
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        objects = client.CustomObjectsApi(cluster.api)
+        node = cluster.nodes[0]
+        cluster.apply(
+            [
+                *device_classes(DRIVER),
+                _template("whole", "gpu.dra-driver.dev"),
+                _template("borrowed", "gpu-opportunistic.dra-driver.dev"),
+                _pod("owner", "whole", "0", gated=gated),
+            ]
+        )
+
+        def phase(name: str) -> str | None:
+            try:
+                return str(core.read_namespaced_pod(name, "default").status.phase)
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+
+        await eventually(
+            lambda: phase("owner") == "Running", "the owner to run", timeout=60, in_thread=True
+        )
+        owner_claim = next(
+            c
+            for c in objects.list_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims"
+            )["items"]
+            if c["metadata"]["name"].startswith("owner-")
+        )
+        before = _devices_and_counters(objects)
+        cluster.apply([_pod("borrower", "borrowed", "60", gated=gated)])
+        await eventually(
+            lambda: phase("borrower") == "Running",
+            "the borrower to run on the idle owner's GPU",
+            timeout=60,
+            in_thread=True,
+        )
+        owner_uid = core.read_namespaced_pod("owner", "default").metadata.uid
+        borrower_uid = core.read_namespaced_pod("borrower", "default").metadata.uid
+        store = FileStateStore(node.fake_state_dir, node.name)
+        with store.transaction() as state:
+            gpu_uuid = next(iter(state.gpus))
+            assert [p.pod_uid for p in state.processes] == [borrower_uid]
+
+        # The owner turns busy.
+        apply_pod_load(node.fake_state_dir, node.name, node.proc_root, owner_uid, [gpu_uuid], 80.0)
+        busy_at = time.monotonic()
+
+        def borrower_stopped() -> bool:
+            with store.transaction() as state:
+                return all(p.pod_uid != borrower_uid for p in state.processes)
+
+        await eventually(
+            borrower_stopped, "the borrower to stop", timeout=30, interval=0.05, in_thread=True
+        )
+        stopped_after = time.monotonic() - busy_at
+        await eventually(
+            lambda: phase("borrower") is None, "the borrower pod to go", timeout=60, in_thread=True
+        )
+        assert node.metrics_port is not None
+        count, total = _interference(node.metrics_port)
+        assert count >= 1
+        assert total / count <= TARGET_S, f"interference {total / count:.2f} s"
+        assert stopped_after <= TARGET_S + 1.0, f"stopped {stopped_after:.2f} s after turning busy"
+
+        events = core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=borrower"
+        ).items
+        assert any(e.reason == "GpuTakenBack" and "busy" in e.message for e in events)
+        # The owner keeps its claim as it was, and runs on.
+        owner_now = objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", owner_claim["metadata"]["name"]
+        )
+        assert owner_now["status"]["allocation"] == owner_claim["status"]["allocation"]
+        assert phase("owner") == "Running"
+
+        def released() -> bool:
+            claims = objects.list_namespaced_custom_object(
+                "resource.k8s.io", "v1", "default", "resourceclaims"
+            )["items"]
+            return all(not c["metadata"]["name"].startswith("borrower-") for c in claims)
+
+        await eventually(
+            released, "the borrower's claim to be released", timeout=60, in_thread=True
+        )
+        assert _devices_and_counters(objects) == before
+        # The lent share now says the owner is busy: no new borrower is placed there.
+        slices = objects.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+        lent = [
+            d
+            for s in slices["items"]
+            for d in s["spec"].get("devices") or []
+            if d["name"].endswith("-lent")
+        ]
+        assert [t["effect"] for d in lent for t in d.get("taints") or []] == ["NoExecute"]
