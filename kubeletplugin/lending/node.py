@@ -62,8 +62,6 @@ class NodeLending:
         self._uuids: dict[int, str] = {}
         self._taking: dict[int, asyncio.Task[None]] = {}
         self._taints: dict[str, list[dict[str, str]]] = {}
-        self.interference: list[float] = []
-        """Every take-back's interference time, in seconds (tests, benchmarks)."""
 
     def taints(self) -> dict[str, list[dict[str, str]]]:
         """The lent shares' taints; a GPU not sampled yet is closed."""
@@ -94,7 +92,7 @@ class NodeLending:
             running = self._taking.get(take.minor)
             if running is None or running.done():
                 self._taking[take.minor] = asyncio.create_task(
-                    self._take_back(take, pod_of), name=f"take-back-{take.minor}"
+                    self._take_back_logged(take, pod_of), name=f"take-back-{take.minor}"
                 )
 
     def _account(self, attributed: Attribution, claims: dict[str, ClaimRecord]) -> None:
@@ -116,6 +114,13 @@ class NodeLending:
                 self._metrics.gpu_borrowed.labels(self._node, gpu).inc(
                     device.sm_percent / 100 * self._interval_s
                 )
+
+    async def _take_back_logged(self, take: TakeBack, pod_of: Callable[[int], Any]) -> None:
+        """A failed take-back is logged; the next busy sample starts another."""
+        try:
+            await self._take_back(take, pod_of)
+        except Exception as err:
+            log.warning("taking a lent GPU back failed", gpu=take.minor, error=str(err))
 
     async def _take_back(self, take: TakeBack, pod_of: Callable[[int], Any]) -> None:
         gpu = self._uuids.get(take.minor, "")
@@ -139,7 +144,6 @@ class NodeLending:
                 break
             await asyncio.sleep(CONFIRM_POLL_S)
         seconds = time.monotonic() - take.busy_at
-        self.interference.append(seconds)
         self._metrics.interference.observe(seconds)
         log.info("borrowers gone from the GPU", gpu=take.minor, interference_s=round(seconds, 3))
 
