@@ -283,15 +283,13 @@ class PluginDaemon:
             self.metrics,
             config.node_name,
             config.telemetry_interval_s,
-            self.publish_loop_request,
+            self._taints_changed,
             COMPONENT,
         )
 
-    def publish_loop_request(self) -> None:
-        """Publish again soon (the lent shares' taints changed)."""
-        loop = getattr(self, "publish_loop", None)
-        if loop is not None:
-            loop.request()
+    def _taints_changed(self) -> None:
+        """The lent shares' taints changed: publish again soon."""
+        self.publish_loop.request()
 
     def _telemetry(self) -> TelemetrySampler | None:
         """The usage sampler, unless turned off (an interval of 0)."""

@@ -210,11 +210,13 @@ class Lender:
         state = self._gpus.get(minor)
         return 0 if state is None else state.borrowers
 
-    def taints(self) -> dict[str, list[dict[str, str]]]:
-        """The lent shares' taints, by device name (a GPU not yet sampled is closed)."""
+    def taints(self, minors: Collection[int] = ()) -> dict[str, list[dict[str, str]]]:
+        """The lent shares' taints, by device name: of the GPUs sampled, and of `minors` not
+        sampled yet, which are closed (nothing is lent before its owner was seen idle)."""
         found: dict[str, list[dict[str, str]]] = {}
-        for minor, state in self._gpus.items():
-            taint = self.taint(state.phase)
+        for minor in {*self._gpus, *minors}:
+            state = self._gpus.get(minor)
+            taint = self.taint(Phase.CLOSED if state is None else state.phase)
             if taint is not None:
                 found[names.lent_share(minor)] = [taint]
         return found

@@ -20,11 +20,11 @@ from typing import Any
 import structlog
 from kubernetes import client
 
+from api.device_type import DeviceType
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.usage import UsageSample
 from dra_driver.checkpoint.model import ClaimRecord
 from dra_driver.events import post_event
-from dra_driver.slices import names
 from kubeletplugin.lending.lender import Lender, Phase, TakeBack
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.telemetry.attribution import Attribution, ClaimPods
@@ -32,7 +32,7 @@ from kubeletplugin.telemetry.attribution import Attribution, ClaimPods
 log = structlog.get_logger(__name__)
 
 TAKE_BACK_REASON = "GpuTakenBack"
-CONFIRM_POLL_S = 0.05
+CONFIRM_POLL_S = 0.25
 CONFIRM_LIMIT_S = 60.0
 """How long a take-back watches for the borrowers' processes to go (NVML cannot end them, so
 there it waits for the eviction); the interference time is recorded in any case."""
@@ -64,14 +64,7 @@ class NodeLending:
         self._taints: dict[str, list[dict[str, str]]] = {}
 
     def taints(self) -> dict[str, list[dict[str, str]]]:
-        """The lent shares' taints; a GPU not sampled yet is closed."""
-        found = self.lender.taints()
-        closed = self.lender.taint(Phase.CLOSED)
-        assert closed is not None
-        for minor in self.lent_minors:
-            if self.lender.phase(minor) is None:
-                found[names.lent_share(minor)] = [closed]
-        return found
+        return self.lender.taints(self.lent_minors)
 
     async def __call__(
         self,
@@ -107,9 +100,17 @@ class NodeLending:
                 self._metrics.gpu_lent.labels(*labels).inc(self._interval_s)
         for device in attributed.devices:
             record = claims.get(device.claim_uid)
-            if record is None or not device.device.endswith("-lent") or device.sm_percent is None:
+            if record is None or device.sm_percent is None:
                 continue
-            gpu = self._uuids.get(_minor_of(device.device))
+            lent = next(
+                (
+                    d.minor
+                    for d in record.devices
+                    if d.device_name == device.device and d.device_type is DeviceType.OPPORTUNISTIC
+                ),
+                None,
+            )
+            gpu = None if lent is None else self._uuids.get(lent)
             if gpu is not None:
                 self._metrics.gpu_borrowed.labels(self._node, gpu).inc(
                     device.sm_percent / 100 * self._interval_s
@@ -166,10 +167,3 @@ class NodeLending:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _minor_of(device: str) -> int:
-    try:
-        return int(device.split("-")[1])
-    except (IndexError, ValueError):
-        return -1
