@@ -1,6 +1,7 @@
 """Stand-in for kube-controller-manager's device-taint eviction (embedded control plane only).
 
-Upstream (`pkg/controller/devicetainteviction`, `Controller.addConditionAndDeletePod`): a pod
+Upstream (`pkg/controller/devicetainteviction`, `Controller.claimEvictionTime` and
+`Controller.addConditionAndDeletePod`): a pod
 that uses an allocated claim one of whose devices carries a NoExecute taint the allocation does
 not tolerate gets the condition `DisruptionTarget=True` (reason `DeletionByDeviceTaintManager`)
 and is deleted, with its UID as a precondition; a toleration with `tolerationSeconds` puts the
@@ -23,18 +24,27 @@ MESSAGE = "Device Taint manager: deleting due to NoExecute taint"
 
 
 def _tolerates(tolerations: list[Obj], taint: Mapping[str, Any]) -> float | None:
-    """Seconds the allocation tolerates the taint (inf: for ever), None when it does not."""
+    """Seconds the allocation tolerates the taint (inf: for ever), None when it does not.
+
+    As `Controller.claimEvictionTime`: only a toleration whose effect is NoExecute counts (an
+    empty effect does not), matched as `resourceclaim.ToleratesTaint` matches; one without
+    seconds tolerates for ever, else the smallest seconds of those that match apply."""
     best: float | None = None
     for t in tolerations:
-        if t.get("effect") not in (None, "", "NoExecute"):
+        if t.get("effect") != "NoExecute":
             continue
         if t.get("key") and t.get("key") != taint.get("key"):
             continue
-        if t.get("operator", "Equal") == "Equal" and t.get("value", "") != taint.get("value", ""):
+        operator = t.get("operator") or "Equal"
+        if operator == "Equal" and t.get("value", "") != taint.get("value", ""):
+            continue
+        if operator not in ("Equal", "Exists"):
             continue
         seconds = t.get("tolerationSeconds")
-        granted = float("inf") if seconds is None else max(0.0, float(seconds))
-        best = granted if best is None else max(best, granted)
+        if seconds is None:
+            return float("inf")
+        granted = max(0.0, float(seconds))
+        best = granted if best is None else min(best, granted)
     return best
 
 
