@@ -5,6 +5,11 @@ its claim's status says about its idleness (idle for how long, busy, or unknown)
 The claims are the source: every allocated claim names its node (its allocation's node
 selector), the pods it is reserved for, and, once a kubelet plugin has sampled its devices, an
 `Idle` condition per device (see docs/telemetry.md).
+
+Lending (docs/overcommit.md) is read from the same allocations: a claim allocated a GPU's lent
+share (`gpu-N-lent`) borrows that GPU, and a claim allocated any other device of it (the whole
+GPU, a time-slice, MPS or MIG share) owns it; an owner's GPU is lent while it has borrowers.
+Device names carry the GPU's minor, so no ResourceSlice needs to be read.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -30,6 +36,13 @@ KUBECONFIG = dataclasses.replace(
 )
 HEADER = ("NODE", "POD", "CLAIM", "DEVICE", "IDLE")
 METRIC_HEADER = ("UTIL", "MEMORY")
+LENDING_HEADER = ("LENDING",)
+
+LENT = "lent"
+BORROWED = "borrowed"
+# dra_driver/slices/names.py: every device of GPU N is `gpu-N` or `gpu-N-<kind>...`; the lent
+# share is the one a borrower holds, every other kind is an owner's.
+_GPU_DEVICE = re.compile(r"gpu-(\d+)(?:-(lent|shared|ts-\d+|mig-[a-z0-9-]+))?")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +52,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "List per node and pod the devices of the driver its claims hold, and for each "
             "device the Idle condition a kubelet plugin wrote into the claim's status: idle "
-            "for how long, busy, or unknown. With --metrics, add utilisation and memory from "
+            "for how long, busy, or unknown. Where a GPU is lent, a LENDING column says LENT "
+            "to N (N borrower claims) on its owners' devices and BORROWED from ns/claim on "
+            "its borrowers'. With --metrics, add utilisation and memory from "
             "kubelet plugins' metrics endpoints (one --metrics per endpoint; one that cannot "
             "be read is skipped with a note on stderr)."
         ),
@@ -89,6 +104,7 @@ def usage_rows(
     """One row per device and pod holding it (a claim shared by pods shows under each)."""
     from dra_driver.durations import format_duration  # noqa: PLC0415
 
+    lending = lending_by_device(devices)
     rows: list[dict[str, Any]] = []
     for device in devices:
         idle_for = None
@@ -109,10 +125,72 @@ def usage_rows(
                     "idle_for": None if idle_for is None else format_duration(idle_for),
                     "utilization_percent": None if found is None else found.utilization_percent,
                     "memory_used_bytes": None if found is None else found.memory_used_bytes,
+                    "lending": lending.get(
+                        (device.namespace, device.claim, device.pool, device.device)
+                    ),
                 }
             )
     rows.sort(key=lambda r: (r["node"] or "", r["namespace"], r["pod"] or "", r["device"]))
     return rows
+
+
+def _gpu_of(device: str) -> tuple[int, bool] | None:
+    """The GPU minor a device name of the driver belongs to, and whether it is the lent share;
+    None for a name that is no GPU's (never lent, never borrowed)."""
+    match = _GPU_DEVICE.fullmatch(device)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2) == "lent"
+
+
+def lending_by_device(
+    devices: Sequence[HeldDevice],
+) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    """What lending each held device takes part in, by (namespace, claim, pool, device).
+
+    A GPU is (pool, minor): `devices` are one driver's, and a pool is one node's. Only GPUs
+    with at least one borrower are in: an owner's device on a GPU nobody borrows is not lent.
+    Each entry names the GPU, its owner and borrower claims (`namespace/name`, sorted, each
+    once however many of its devices or pods there are), and the role of this device's claim:
+    LENT for an owner, BORROWED for a borrower. Claims, not pods, are counted, because a claim
+    is what holds a share of the GPU."""
+    owners: dict[tuple[str, int], set[str]] = {}
+    borrowers: dict[tuple[str, int], set[str]] = {}
+    for device in devices:
+        gpu = _gpu_of(device.device)
+        if gpu is None:
+            continue
+        minor, lent_share = gpu
+        side = borrowers if lent_share else owners
+        side.setdefault((device.pool, minor), set()).add(f"{device.namespace}/{device.claim}")
+    found: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for device in devices:
+        gpu = _gpu_of(device.device)
+        if gpu is None or (device.pool, gpu[0]) not in borrowers:
+            continue
+        minor, lent_share = gpu
+        found[(device.namespace, device.claim, device.pool, device.device)] = {
+            "role": BORROWED if lent_share else LENT,
+            "gpu": f"gpu-{minor}",
+            "owners": sorted(owners.get((device.pool, minor), ())),
+            "borrowers": sorted(borrowers[(device.pool, minor)]),
+        }
+    return found
+
+
+def _lending_cell(row: Mapping[str, Any]) -> str:
+    """`LENT to N` (N borrower claims) on an owner's device, `BORROWED from ns/claim` on a
+    borrower's (the first owner and how many more; the GPU when nobody owns it), else blank."""
+    lending = row.get("lending")
+    if not lending:
+        return ""
+    if lending["role"] == LENT:
+        return f"LENT to {len(lending['borrowers'])}"
+    owners = lending["owners"]
+    if not owners:
+        return f"BORROWED {lending['gpu']} (no owner)"
+    more = f" and {len(owners) - 1} more" if len(owners) > 1 else ""
+    return f"BORROWED from {owners[0]}{more}"
 
 
 def _idle_cell(row: Mapping[str, Any]) -> str:
@@ -128,26 +206,34 @@ def _memory(value: float | None) -> str:
     return f"{gib:.1f}Gi" if gib >= 1 else f"{value / 2**20:.0f}Mi"
 
 
-def _cells(row: Mapping[str, Any], with_metrics: bool) -> tuple[str, ...]:
+def _cells(row: Mapping[str, Any], with_metrics: bool, with_lending: bool) -> tuple[str, ...]:
     pod = f"{row['namespace']}/{row['pod']}" if row["pod"] else "-"
-    cells = (
+    cells: tuple[str, ...] = (
         row["node"] or "-",
         pod,
         f"{row['namespace']}/{row['claim']}",
         f"{row['pool']}/{row['device']}",
         _idle_cell(row),
     )
-    if not with_metrics:
-        return cells
-    util = row["utilization_percent"]
-    return (*cells, "-" if util is None else f"{util:g}%", _memory(row["memory_used_bytes"]))
+    if with_metrics:
+        util = row["utilization_percent"]
+        cells = (*cells, "-" if util is None else f"{util:g}%", _memory(row["memory_used_bytes"]))
+    return (*cells, _lending_cell(row)) if with_lending else cells
 
 
 def render_table(rows: Sequence[Mapping[str, Any]], with_metrics: bool = False) -> str:
+    """The rows as aligned columns. LENDING is the last column, and only there when some device
+    is lent or borrowed: its cells have spaces and are mostly blank, so the other columns keep
+    their place (and a cluster that lends nothing its old width)."""
     if not rows:
         return "No devices of the driver are allocated.\n"
-    header = (*HEADER, *METRIC_HEADER) if with_metrics else HEADER
-    table = [header, *(_cells(r, with_metrics) for r in rows)]
+    with_lending = any(r.get("lending") for r in rows)
+    header = (
+        *HEADER,
+        *(METRIC_HEADER if with_metrics else ()),
+        *(LENDING_HEADER if with_lending else ()),
+    )
+    table = [header, *(_cells(r, with_metrics, with_lending) for r in rows)]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table

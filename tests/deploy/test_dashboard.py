@@ -23,6 +23,13 @@ METRIC = re.compile(r"\bdra_[a-z0-9_]+")
 GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+LENDING_METRICS = (
+    "dra_gpu_lending_open",
+    "dra_gpu_lent_seconds_total",
+    "dra_gpu_borrowed_gpu_seconds_total",
+    "dra_gpu_take_backs_total",
+    "dra_gpu_take_back_interference_seconds_bucket",
+)
 
 
 def _registered() -> dict[str, frozenset[str]]:
@@ -102,6 +109,9 @@ def test_every_panel_queries_metrics_and_labels_the_code_registers() -> None:
         assert metric in used
     assert "dra_device_idle_seconds" in used
     assert "dra_controller_queue_idle_gpus" in used
+    # And lending (docs/overcommit.md): open, lent, borrowed, taken back, and how fast.
+    for metric in LENDING_METRICS:
+        assert metric in used, metric
 
 
 @pytest.mark.parametrize("field", ["uid", "title", "schemaVersion"])
@@ -110,3 +120,33 @@ def test_the_dashboard_has_what_grafana_imports_by(field: str) -> None:
     assert dashboard[field]
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def _dashboard() -> dict[str, Any]:
+    dashboard: dict[str, Any] = json.loads((CHART / "dashboards" / "gpu-usage.json").read_text())
+    return dashboard
+
+
+def test_the_lending_panels_sit_in_their_own_row_below_the_rest() -> None:
+    """Grafana groups a row's panels by position: those below a row header up to the next one
+    belong to it, so the lending panels must all lie below the "Lending" row, and no panel
+    above it may read lending metrics."""
+    panels = _dashboard()["panels"]
+    (row,) = [p for p in panels if p.get("type") == "row" and p["title"] == "Lending"]
+    below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    above = [p for p in panels if p["gridPos"]["y"] < row["gridPos"]["y"]]
+    lending = {n for p in below for t in p["targets"] for n in METRIC.findall(t["expr"])}
+    assert lending == set(LENDING_METRICS)
+    assert all(n.startswith("dra_gpu_") for n in lending)
+    assert not any("dra_gpu_" in t["expr"] for p in above for t in p["targets"])
+
+
+def test_no_two_panels_overlap_and_all_fit_the_24_column_grid() -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for panel in _dashboard()["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]

@@ -24,16 +24,18 @@ def allocated_claim(
     pods: tuple[str, ...] = (),
     idle_for: timedelta = timedelta(hours=2),
     driver: str = DRIVER,
+    device_class: str = "gpu.dra-driver.dev",
 ) -> None:
     """Claim `namespace/name` allocated `devices` (device → Idle True, False, or no condition)
-    on `node`'s pool, reserved for `pods`."""
+    on `node`'s pool, reserved for `pods`; a borrower asks for `gpu-opportunistic.dra-driver.dev`
+    as `device_class`."""
     objects = client.CustomObjectsApi(api)
     try:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
     except client.ApiException as err:
         if err.status != 409:
             raise
-    request = {"deviceClassName": "gpu.dra-driver.dev", "count": len(devices)}
+    request = {"deviceClassName": device_class, "count": len(devices)}
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ResourceClaim",

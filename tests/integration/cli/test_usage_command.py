@@ -1,7 +1,7 @@
 """`dra-driver usage` against the embedded API server: per node and pod the devices held, each
 with what its claim's status says (idle for how long, busy, unknown), as a table and JSON, and
 with `--metrics` the figures of reachable plugin endpoints, an unreachable one skipped with a
-note."""
+note; and which devices are lent to or borrowed from whom."""
 
 from __future__ import annotations
 
@@ -161,3 +161,65 @@ def test_idle_for_is_measured_from_the_conditions_transition(
         code, out, _ = _run(capsys, "--kubeconfig", str(path))
     assert code == 0
     assert out.splitlines()[1].split()[4:] in (["idle", "45m"], ["idle", "45m1s"])
+
+
+BORROW = "gpu-opportunistic.dra-driver.dev"
+
+
+def test_lending_says_lent_on_the_owners_device_and_borrowed_on_the_borrowers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """node-1's GPU 0 is owned through a time-slice and borrowed by two claims; GPU 1 and
+    node-2's GPU 0 (same minor, another pool) are nobody's business; node-2's GPU 3 is borrowed
+    with no owner."""
+    with ApiServer() as server:
+        path = server.write_kubeconfig(tmp_path / "config")
+        api = config.new_client_from_config(config_file=str(path))
+        allocated_claim(api, "qa", "train", "node-1", {"gpu-0-ts-1": True}, pods=("p1",))
+        allocated_claim(
+            api, "qb", "scavenge", "node-1", {"gpu-0-lent": None}, ("b1",), device_class=BORROW
+        )
+        allocated_claim(
+            api, "qc", "batch", "node-1", {"gpu-0-lent": None}, ("b2",), device_class=BORROW
+        )
+        allocated_claim(api, "qa", "other", "node-1", {"gpu-1": False}, pods=("p2",))
+        allocated_claim(api, "qa", "far", "node-2", {"gpu-0": False}, pods=("p3",))
+        allocated_claim(
+            api, "qd", "orphan", "node-2", {"gpu-3-lent": None}, ("b3",), device_class=BORROW
+        )
+        code, out, err = _run(capsys, "--kubeconfig", str(path))
+        assert (code, err) == (0, "")
+        _, json_out, _ = _run(capsys, "--kubeconfig", str(path), "--output", "json")
+
+    header, *lines = out.splitlines()
+    assert header.split() == ["NODE", "POD", "CLAIM", "DEVICE", "IDLE", "LENDING"]
+    lending = {line.split()[2]: line[header.index("LENDING") :] for line in lines}
+    assert lending == {
+        "qa/train": "LENT to 2",
+        "qb/scavenge": "BORROWED from qa/train",
+        "qc/batch": "BORROWED from qa/train",
+        "qa/other": "",
+        "qa/far": "",
+        "qd/orphan": "BORROWED gpu-3 (no owner)",
+    }
+
+    by_claim = {d["claim"]: d["lending"] for d in json.loads(json_out)["devices"]}
+    gpu0 = {"gpu": "gpu-0", "owners": ["qa/train"], "borrowers": ["qb/scavenge", "qc/batch"]}
+    assert by_claim["train"] == {"role": "lent", **gpu0}
+    assert by_claim["scavenge"] == by_claim["batch"] == {"role": "borrowed", **gpu0}
+    assert by_claim["other"] is None and by_claim["far"] is None
+    assert by_claim["orphan"] == {
+        "role": "borrowed",
+        "gpu": "gpu-3",
+        "owners": [],
+        "borrowers": ["qd/orphan"],
+    }
+
+
+def test_a_cluster_that_lends_nothing_has_no_lending_column(
+    kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = _run(capsys, "--kubeconfig", str(kubeconfig))
+    assert "LENDING" not in out
+    _, out, _ = _run(capsys, "--kubeconfig", str(kubeconfig), "--output", "json")
+    assert [d["lending"] for d in json.loads(out)["devices"]] == [None] * 4
