@@ -23,6 +23,7 @@ from api.v1alpha1 import (
     decode_config,
     default_config_for,
     kind_misfit,
+    lending_misfit,
     strategy_misfit,
 )
 
@@ -116,8 +117,10 @@ def request_covers(named: str, allocated: str) -> bool:
 
 
 def _applies(entry: _Entry, device: AllocatedDevice, problems: list[Problem]) -> bool:
-    misfit = kind_misfit(entry.config, device.device_type) or strategy_misfit(
-        entry.config, device.device_type
+    misfit = (
+        kind_misfit(entry.config, device.device_type)
+        or strategy_misfit(entry.config, device.device_type)
+        or lending_misfit(entry.config, device.device_type)
     )
     if not entry.requests:
         # An entry for all requests only speaks to devices it can describe.

@@ -1,6 +1,11 @@
 """Version v1alpha1 of the opaque configuration (``resource.dra-driver.dev``)."""
 
-from api.v1alpha1.applicability import default_config_for, kind_misfit, strategy_misfit
+from api.v1alpha1.applicability import (
+    default_config_for,
+    kind_misfit,
+    lending_misfit,
+    strategy_misfit,
+)
 from api.v1alpha1.decode import Parameters, decode_config, encode_config
 from api.v1alpha1.meta import (
     API_GROUP,
@@ -15,6 +20,7 @@ from api.v1alpha1.types import (
     DeviceConfig,
     GpuConfig,
     GpuSharing,
+    Lending,
     MigDeviceConfig,
     MigSharing,
     MpsConfig,
@@ -33,6 +39,7 @@ __all__ = [
     "DeviceConfig",
     "GpuConfig",
     "GpuSharing",
+    "Lending",
     "MigDeviceConfig",
     "MigSharing",
     "MpsConfig",
@@ -45,5 +52,6 @@ __all__ = [
     "default_config_for",
     "encode_config",
     "kind_misfit",
+    "lending_misfit",
     "strategy_misfit",
 ]

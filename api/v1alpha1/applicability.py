@@ -62,6 +62,23 @@ def strategy_misfit(config: DeviceConfig, device_type: DeviceType) -> str | None
     return _STRATEGY_MISFITS.get((config.sharing.strategy, device_type))
 
 
+def lending_misfit(config: DeviceConfig, device_type: DeviceType) -> str | None:
+    """Why the config's ``lending`` cannot apply to such a device, or None.
+
+    Lending is its owner's choice about its own GPU. A borrower's device (gpu-opportunistic) is
+    a share of somebody else's GPU, so a borrower has nothing to lend or to refuse; letting the
+    field pass would suggest it changed something."""
+    if not isinstance(config, GpuConfig) or config.lending is None:
+        return None
+    if device_type is not DeviceType.OPPORTUNISTIC:
+        return None
+    return (
+        f"lending {config.lending.value} cannot apply to lent GPU devices: a borrower holds "
+        "a share of another owner's GPU and has nothing of its own to lend or refuse; remove "
+        "lending, or leave this request out of the entry"
+    )
+
+
 def default_config_for(device_type: DeviceType) -> DeviceConfig:
     """What a device gets when no config entry applies to it.
 

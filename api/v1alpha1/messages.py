@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 
 from api.errors import Problem, describe_json_value
 from api.v1alpha1.memory import DEVICE_KEY_ERROR, QUANTITY_ERROR
-from api.v1alpha1.types import CONFLICT_ERROR, NOT_FOR_MIG_ERROR, MigSharing
+from api.v1alpha1.types import CONFLICT_ERROR, NOT_FOR_MIG_ERROR, MigDeviceConfig, MigSharing
 
 ROOT_FIELD = "parameters"
 
@@ -43,6 +43,10 @@ _EXTRA_FIELD_HINTS: dict[tuple[type[BaseModel], str], str] = {
     (MigSharing, "timeSlicingConfig"): (
         "time-slicing does not apply to MIG devices, so timeSlicingConfig is not allowed; "
         "MIG devices can only be shared with strategy MPS"
+    ),
+    (MigDeviceConfig, "lending"): (
+        "MIG devices cannot be lent (a GPU in MIG mode lends nothing), so lending is not "
+        "allowed in MigDeviceConfig; remove it"
     ),
 }
 

@@ -33,6 +33,15 @@ class SharingStrategy(StrEnum):
     MPS = "MPS"
 
 
+# Named values rather than a boolean, like the API's other choices, so that a claim reads as its
+# owner's decision. The docstring is published in the JSON Schema, so it speaks to users.
+class Lending(StrEnum):
+    """Whether the node may lend the owner's GPU to best-effort borrowers while it idles."""
+
+    ALLOWED = "Allowed"
+    NEVER = "Never"
+
+
 class TimeSliceInterval(StrEnum):
     """Length of each time slice; named levels because drivers map them to
     implementation-defined durations."""
@@ -192,11 +201,21 @@ class GpuConfig(_WireModel):
     sharing: GpuSharing | None = Field(
         default=None, description="Leave out to use the device without sharing settings."
     )
+    lending: Lending | None = Field(
+        default=None,
+        description=(
+            "Never keeps the GPU from being lent to best-effort borrowers while this claim "
+            "holds it, however long it idles; leave out (or Allowed) to let the node lend it "
+            "when idle. Only for an owner's devices, not a borrower's (gpu-opportunistic)."
+        ),
+    )
 
 
 class MigDeviceConfig(_WireModel):
-    """Configuration for MIG devices."""
+    """Configuration for MIG devices (no lending field: a GPU in MIG mode is never lent)."""
 
+    # A borrower's MPS client of the whole GPU cannot share its MIG devices, so a MIG owner has
+    # nothing to refuse; a lending field here is refused by name (api/v1alpha1/messages.py).
     model_config = ConfigDict(json_schema_extra=_require_identity)
 
     api_version: ApiVersion = Field(default="resource.dra-driver.dev/v1alpha1", alias="apiVersion")

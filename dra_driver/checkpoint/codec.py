@@ -45,6 +45,11 @@ CURRENT_VERSION = 1
 # The file's word for a pre-created MIG device; every other device is written as its DeviceType.
 _PRE_CREATED_MIG = "static-mig"
 
+# A device whose owner refused to lend is written with `"lending": "Never"`, the user's own word
+# (files written before owners could refuse have no such key, and lend); "Allowed" reads as lending
+# too. Any other value is damage, not a choice to guess at: it decides whether a GPU is lent.
+_LENDING = {"Allowed": True, "Never": False}
+
 Upgrader = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -167,6 +172,8 @@ def _device_to_data(device: DeviceRecord) -> dict[str, Any]:
         data["mpsPinnedMemoryBytes"] = device.mps_pinned_memory_bytes
     if device.mps_uuid is not None:
         data["mpsUuid"] = device.mps_uuid
+    if not device.lends:
+        data["lending"] = "Never"
     return data
 
 
@@ -288,7 +295,22 @@ def _device_from_data(device: JsonObject) -> DeviceRecord:
         mps_thread_percentage=device.optional_integer("mpsThreadPercentage", minimum=0),
         mps_pinned_memory_bytes=device.optional_integer("mpsPinnedMemoryBytes", minimum=0),
         mps_uuid=device.optional_string("mpsUuid"),
+        lends=_lends(device),
     )
+
+
+def _lends(device: JsonObject) -> bool:
+    """Whether the device's owner lets its GPU be lent; a file without the key lends."""
+    word = device.optional_string("lending")
+    if word is None:
+        return True
+    lends = _LENDING.get(word)
+    if lends is None:
+        known = ", ".join(_LENDING)
+        raise JsonShapeError(
+            device.path_of("lending"), f"unknown lending choice {word!r} (known: {known})"
+        )
+    return lends
 
 
 def _device_kind(device: JsonObject) -> tuple[DeviceType | None, bool]:

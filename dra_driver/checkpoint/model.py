@@ -51,6 +51,11 @@ class DeviceRecord:
     mps_pinned_memory_bytes: int | None = None
     # UUID of the GPU (or MIG device) whose MPS control daemon serves this device's clients.
     mps_uuid: str | None = None
+    # False when the claim's owner refused to lend (`lending: Never` in its GpuConfig): the lender
+    # keeps the device's GPU closed to borrowers while the claim is prepared. Kept here, not read
+    # from the claim again, because the lender decides at every telemetry sample from the
+    # checkpoint alone.
+    lends: bool = True
 
     def __post_init__(self) -> None:
         if self.pre_created and self.device_type is not DeviceType.MIG:

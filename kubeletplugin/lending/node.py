@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -36,6 +36,14 @@ CONFIRM_POLL_S = 0.25
 CONFIRM_LIMIT_S = 60.0
 """How long a take-back watches for the borrowers' processes to go (NVML cannot end them, so
 there it waits for the eviction); the interference time is recorded in any case."""
+
+
+def refusing(claims: Mapping[str, ClaimRecord]) -> frozenset[str]:
+    """UIDs of the claims whose owner refused to lend (`lending: Never`, recorded per device at
+    prepare): the lender keeps every GPU they hold closed to borrowers, however long it idles."""
+    return frozenset(
+        uid for uid, record in claims.items() if any(not d.lends for d in record.devices)
+    )
 
 
 class NodeLending:
@@ -75,7 +83,9 @@ class NodeLending:
         pod_of: Callable[[int], Any],
     ) -> None:
         self._uuids = {g.minor: g.uuid for g in sample.gpus}
-        take_backs = self.lender.observe(sample, claims, attributed, pods, pod_of, self.lent_minors)
+        take_backs = self.lender.observe(
+            sample, claims, attributed, pods, pod_of, self.lent_minors, refusing(claims)
+        )
         taints = self.taints()
         if taints != self._taints:
             self._taints = taints

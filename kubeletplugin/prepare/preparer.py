@@ -29,7 +29,7 @@ import structlog
 
 from api import AllocatedDevice, ConfigError, resolve_device_configs
 from api.device_type import DeviceType
-from api.v1alpha1 import DeviceConfig
+from api.v1alpha1 import DeviceConfig, GpuConfig, Lending
 from dra_driver.backends.base import GpuBackend, TimeSliceInterval
 from dra_driver.backends.errors import BackendError, InUseError
 from dra_driver.cdi import CdiSpecDir
@@ -302,6 +302,7 @@ class Preparer:
                 mps_thread_percentage=limits.thread_percentage,
                 mps_pinned_memory_bytes=limits.pinned_memory_bytes,
                 mps_uuid=mps_uuid,
+                lends=lends(config),
             )
             planned.append(_Planned(result, target, record, limits, sharing, mps))
         return planned
@@ -525,6 +526,13 @@ def outcome_of(record: ClaimRecord) -> PrepareOutcome:
             for d in record.devices
         )
     )
+
+
+def lends(config: DeviceConfig) -> bool:
+    """Whether the device's owner lets its GPU be lent while idle (docs/overcommit.md). Recorded
+    at prepare because the lender reads only the checkpoint; a MIG device has no say (its GPU is
+    never lent), and a borrower's device never gets a lending choice (api/precedence.py)."""
+    return not (isinstance(config, GpuConfig) and config.lending is Lending.NEVER)
 
 
 def _interval_name(interval: TimeSliceInterval) -> str:

@@ -12,10 +12,12 @@ from kubernetes import client
 from dra_driver.backends.fake.mps_control import read_pid
 from dra_driver.backends.mig import create_mig_device
 from dra_driver.cdi import CdiSpecDir, container_environment
+from dra_driver.checkpoint import decode_checkpoint
 from dra_driver.inventory.model import MigPlacement
 from dra_driver.kubeletapi.client import DraClient
 from dra_driver.kubeletapi.types import ClaimRef, PreparedDevice, PrepareOutcome
 from dra_driver.processes import process_alive
+from kubeletplugin.lending.node import refusing
 from tests.integration.plugin.harness import (
     DRIVER,
     RunningPlugin,
@@ -268,3 +270,56 @@ async def test_configs_that_do_not_fit_their_devices_are_each_named_by_field(
         "status.allocation.devices.config[1].requests: strategy MPS cannot apply to "
         "time-sliced GPU devices; use strategy TimeSlicing"
     )
+
+
+async def test_an_owner_refusing_to_lend_is_recorded_per_device(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    never = {**GPU_CONFIG, "lending": "Never"}
+    ref = allocated(
+        api,
+        result("a", "gpu-0", NODE),
+        result("b", "gpu-1", NODE),
+        # Later entries win: the one for all requests is overridden for "a" only.
+        config=[opaque({**GPU_CONFIG, "lending": "Allowed"}), opaque(never, requests=["a"])],
+    )
+    outcome = await prepare(plugin, ref)
+    assert outcome.error == "", outcome.error
+    # On disk, where the lender's next sample and a restarted plugin read it.
+    path = plugin.daemon.config.state_dir / "checkpoint.json"
+    record = decode_checkpoint(path.read_bytes(), str(path)).claims[ref.uid]
+    lends = [(d.device_name, d.lends) for d in record.devices]
+    assert lends == [("gpu-0", False), ("gpu-1", True)]
+    assert refusing(plugin.daemon.preparer.checkpoint.claims) == {ref.uid}
+    assert await unprepare(plugin, ref) == ""
+    assert refusing(plugin.daemon.preparer.checkpoint.claims) == frozenset()
+
+
+async def test_lending_in_a_borrowers_config_or_a_mig_config_is_refused_by_field(
+    plugin: RunningPlugin, api: client.ApiClient
+) -> None:
+    borrower = allocated(
+        api,
+        result("b", "gpu-0-lent", NODE, share_id="b1", consumed={"memory": "1Gi"}),
+        config=[opaque({**GPU_CONFIG, "lending": "Never"}, requests=["b"])],
+    )
+    outcome = await prepare(plugin, borrower)
+    assert outcome.error == (
+        f"ResourceClaim default/{borrower.name}: invalid opaque config: "
+        "status.allocation.devices.config[0].requests: lending Never cannot apply to lent GPU "
+        "devices: a borrower holds a share of another owner's GPU and has nothing of its own to "
+        "lend or refuse; remove lending, or leave this request out of the entry"
+    )
+    mig = allocated(
+        api,
+        result("m", "gpu-1-mig-3g40gb-4", NODE),
+        config=[opaque({**MIG_CONFIG, "lending": "Never"})],
+    )
+    outcome = await prepare(plugin, mig)
+    assert outcome.error == (
+        f"ResourceClaim default/{mig.name}: invalid opaque config: "
+        "status.allocation.devices.config[0].opaque.parameters.lending: lending: MIG devices "
+        "cannot be lent (a GPU in MIG mode lends nothing), so lending is not allowed in "
+        "MigDeviceConfig; remove it"
+    )
+    assert plugin.daemon.preparer.checkpoint.claims == {}

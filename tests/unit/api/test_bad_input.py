@@ -357,6 +357,26 @@ BAD_INPUTS = [
         'must be one of "MPS", got string "Shared"',
         id="mig-strategy-unknown",
     ),
+    # --- lending ----------------------------------------------------------
+    pytest.param(
+        {"apiVersion": API_VERSION, "kind": "MigDeviceConfig", "lending": "Never"},
+        "lending",
+        "MIG devices cannot be lent (a GPU in MIG mode lends nothing), so lending is not "
+        "allowed in MigDeviceConfig; remove it",
+        id="mig-lending",
+    ),
+    pytest.param(
+        {"apiVersion": API_VERSION, "kind": "GpuConfig", "lending": "Sometimes"},
+        "lending",
+        'must be one of "Allowed", "Never", got string "Sometimes"',
+        id="lending-unknown",
+    ),
+    pytest.param(
+        {"apiVersion": API_VERSION, "kind": "GpuConfig", "lending": False},
+        "lending",
+        'must be one of "Allowed", "Never", got boolean false',
+        id="lending-boolean",
+    ),
     # --- the parameters object itself ---------------------------------------
     pytest.param([], "parameters", "must be a JSON object, got an array", id="not-an-object"),
     pytest.param(None, "parameters", "must be a JSON object, got null", id="none"),

@@ -15,6 +15,7 @@ from api import (
     DeviceType,
     GpuConfig,
     GpuSharing,
+    Lending,
     MigDeviceConfig,
     MigSharing,
     MpsConfig,
@@ -45,6 +46,21 @@ def test_minimal_gpu_config_has_no_sharing() -> None:
 def test_null_sharing_means_unset() -> None:
     config = decode_config({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": None})
     assert config == GpuConfig()
+
+
+@pytest.mark.parametrize("lending", list(Lending))
+def test_an_owner_states_whether_its_gpu_may_be_lent(lending: Lending) -> None:
+    parameters = {"apiVersion": API_VERSION, "kind": "GpuConfig", "lending": lending.value}
+    config = decode_config(parameters)
+    assert config == GpuConfig(lending=lending)
+    assert encode_config(config) == parameters
+
+
+def test_lending_left_out_is_unset_and_not_written() -> None:
+    config = decode_config({"apiVersion": API_VERSION, "kind": "GpuConfig"})
+    assert isinstance(config, GpuConfig)
+    assert config.lending is None
+    assert "lending" not in encode_config(config)
 
 
 def test_full_mps_gpu_config() -> None:

@@ -15,6 +15,7 @@ from api import (
     DeviceType,
     GpuConfig,
     GpuSharing,
+    Lending,
     MigDeviceConfig,
     SharingStrategy,
     TimeSliceInterval,
@@ -30,6 +31,7 @@ GPU = AllocatedDevice("whole", "gpu-0", DeviceType.GPU)
 MIG = AllocatedDevice("mig-req", "gpu-0-mig-1g10gb-6", DeviceType.MIG)
 SLICED = AllocatedDevice("sliced", "gpu-1-ts-2", DeviceType.TIMESLICE)
 SHARED = AllocatedDevice("frac", "gpu-2-share-3", DeviceType.SHARED)
+LENT = AllocatedDevice("borrow", "gpu-3-lent", DeviceType.OPPORTUNISTIC)
 ALL = [GPU, MIG, SLICED, SHARED]
 
 
@@ -281,6 +283,39 @@ def test_mps_on_a_time_sliced_device_by_name_is_an_error() -> None:
     assert "strategy MPS cannot apply to time-sliced GPU devices; use strategy TimeSlicing" in (
         message
     )
+
+
+NEVER_LEND = {**PLAIN_GPU, "lending": "Never"}
+
+
+def test_an_owner_refusing_to_lend_keeps_the_choice_on_every_owner_device() -> None:
+    resolved = resolve([entry(NEVER_LEND)], [GPU, SLICED, SHARED])
+    for device in (GPU, SLICED, SHARED):
+        config = resolved[device].config
+        assert isinstance(config, GpuConfig)
+        assert config.lending is Lending.NEVER
+
+
+@pytest.mark.parametrize("lending", ["Never", "Allowed"])
+def test_lending_on_a_borrowers_device_by_name_is_an_error(lending: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve([entry({**PLAIN_GPU, "lending": lending}, requests=["borrow"])], [GPU, LENT])
+    assert caught.value.field == "config[0].requests"
+    assert str(caught.value) == (
+        'config entry 0 (FromClaim) names request "borrow", which was allocated lent GPU '
+        f'device "gpu-3-lent"; lending {lending} cannot apply to lent GPU devices: a borrower '
+        "holds a share of another owner's GPU and has nothing of its own to lend or refuse; "
+        "remove lending, or leave this request out of the entry"
+    )
+
+
+def test_lending_for_all_requests_passes_over_a_borrowers_device() -> None:
+    # As with any entry for all requests, it speaks only to the devices it can describe: the
+    # owner's GPU refuses to lend, the borrower's device keeps its default.
+    resolved = resolve([entry(NEVER_LEND)], [GPU, LENT])
+    assert resolved[GPU].config == decode_config(NEVER_LEND)
+    assert resolved[LENT].config == default_config_for(DeviceType.OPPORTUNISTIC)
+    assert resolved[LENT].origin is None
 
 
 def test_both_strategies_are_fine_on_whole_gpus() -> None:

@@ -11,6 +11,7 @@ from api import (
     ByteQuantity,
     GpuConfig,
     GpuSharing,
+    Lending,
     MigDeviceConfig,
     MigSharing,
     MpsConfig,
@@ -70,7 +71,9 @@ gpu_sharing = st.one_of(
     ),
 )
 
-gpu_configs = st.builds(GpuConfig, sharing=st.none() | gpu_sharing)
+gpu_configs = st.builds(
+    GpuConfig, sharing=st.none() | gpu_sharing, lending=st.none() | st.sampled_from(Lending)
+)
 mig_configs = st.builds(
     MigDeviceConfig,
     sharing=st.none()

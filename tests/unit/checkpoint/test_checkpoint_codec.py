@@ -49,6 +49,7 @@ _devices = st.builds(
     mps_thread_percentage=_optional_int,
     mps_pinned_memory_bytes=_optional_int,
     mps_uuid=st.none() | _text,
+    lends=st.booleans(),
 )
 _mig = st.builds(
     MigInstanceRecord,
@@ -174,6 +175,8 @@ def test_optional_fields_default_and_unknown_keys_are_ignored() -> None:
     record = decoded.claims["u"]
     assert record.devices == (DeviceRecord(("r",), "p", "gpu-0", ()),)
     assert record.devices[0].device_type is None
+    # Written before owners could refuse to lend: the device lends.
+    assert record.devices[0].lends is True
     assert record.mig_instances == (MigInstanceRecord(0, "1g.10gb", 1, None, None, 0, 1),)
     assert record.cdi_spec is None
 
@@ -316,6 +319,35 @@ def test_only_a_mig_device_is_pre_created() -> None:
     claim = ClaimRecord("u", "n", "c", ClaimState.PREPARE_STARTED, devices=(made, handed_out))
     data = checkpoint_to_data(Checkpoint(boot_id="b").with_claim(claim))
     assert [d["shape"] for d in data["claims"]["u"]["devices"]] == ["mig", "static-mig"]
+
+
+def test_an_owner_refusing_to_lend_survives_a_round_trip_in_its_own_words() -> None:
+    refusing = DeviceRecord(("r",), "p", "gpu-0", (), device_type=DeviceType.GPU, lends=False)
+    lending = replace(refusing, device_name="gpu-1", lends=True)
+    claim = ClaimRecord("u", "n", "c", ClaimState.PREPARE_COMPLETED, devices=(refusing, lending))
+    checkpoint = Checkpoint(boot_id="b").with_claim(claim)
+    data = checkpoint_to_data(checkpoint)
+    # Only a refusal is written, so a device that lends encodes exactly as before.
+    assert [d.get("lending") for d in data["claims"]["u"]["devices"]] == ["Never", None]
+    assert decode_checkpoint(encode_checkpoint(checkpoint), SOURCE) == checkpoint
+    allowed = _full(device_lending="Allowed")
+    assert decode_checkpoint(_document(allowed), SOURCE).claims["u"].devices[0].lends is True
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (False, "expected a string, found bool"),
+        (0, "expected a string, found int"),
+        ("never", "unknown lending choice 'never' (known: Allowed, Never)"),
+    ],
+)
+def test_a_lending_choice_of_the_wrong_shape_is_corruption(value: object, problem: str) -> None:
+    with pytest.raises(CorruptCheckpointError) as caught:
+        decode_checkpoint(_document(_full(device_lending=value)), SOURCE)
+    assert str(caught.value) == (
+        f"checkpoint {SOURCE}: data.claims['u'].devices[0].lending: {problem}"
+    )
 
 
 def test_valid_documents_used_above_do_decode() -> None:

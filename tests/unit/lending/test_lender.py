@@ -3,12 +3,16 @@ when it is taken back, and that a borrower's own load never counts as its owner'
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 
 from api.device_type import DeviceType
 from dra_driver.backends.usage import GpuUsage, ProcessUsage, UsageSample
 from dra_driver.checkpoint.model import ClaimRecord, ClaimState, DeviceRecord
 from kubeletplugin.lending.lender import Lender, LendingSettings, Phase
+from kubeletplugin.lending.node import NodeLending, refusing
+from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.prepare.sharing import BORROWER_PRIORITY, MpsLimits, ShareError, borrower_limits
 from kubeletplugin.telemetry.attribution import ClaimPods, attribute
 
@@ -17,8 +21,10 @@ UUID = "GPU-0"
 HEADROOM = 4 * GIB
 
 
-def _claim(uid: str, device: str, kind: DeviceType) -> ClaimRecord:
-    record = DeviceRecord(("req",), "node-1", device, (f"x={uid}",), device_type=kind, minor=0)
+def _claim(uid: str, device: str, kind: DeviceType, *, lends: bool = True) -> ClaimRecord:
+    record = DeviceRecord(
+        ("req",), "node-1", device, (f"x={uid}",), device_type=kind, minor=0, lends=lends
+    )
     return ClaimRecord(uid, "default", uid, ClaimState.PREPARE_COMPLETED, (record,))
 
 
@@ -135,6 +141,80 @@ def test_an_owner_whose_use_cannot_be_read_never_lends() -> None:
     )
     _observe(lender, sample, OWNER)
     assert lender.phase(0) is Phase.BUSY
+
+
+REFUSING = _claim("refusing", "gpu-0", DeviceType.GPU, lends=False)
+CLOSED = [{"key": "gpu.dra-driver.dev/lending", "value": "closed", "effect": "NoSchedule"}]
+
+
+def _node(lender: Lender, changed: list[int]) -> NodeLending:
+    """The node's lending without a backend or API server: no sample here takes a GPU back,
+    and nothing else uses them."""
+    node = NodeLending(
+        lender,
+        cast(Any, None),
+        cast(Any, None),
+        PluginMetrics(),
+        "node-1",
+        1.0,
+        lambda: changed.append(1),
+        "test",
+    )
+    node.lent_minors = (0,)
+    return node
+
+
+async def _node_observe(node: NodeLending, sample: UsageSample, *claims: ClaimRecord) -> None:
+    records = {c.uid: c for c in claims}
+    pods = {"refusing": PODS["owner"], **PODS}
+    attributed = attribute(sample, records.values(), pods, POD_OF.__getitem__)
+    await node(sample, records, attributed, pods, POD_OF.__getitem__)
+
+
+async def test_an_owner_refusing_to_lend_keeps_its_gpu_closed_however_long_it_idles() -> None:
+    clock = Clock()
+    lender = _lender(clock)
+    changed: list[int] = []
+    node = _node(lender, changed)
+    for now in (0.0, 10.0, 11.0, 3600.0, 86400.0):
+        clock.now = now
+        await _node_observe(node, _sample(0.0, None), REFUSING)
+        assert lender.phase(0) is Phase.CLOSED
+        # No memory to give: a borrower's prepare on this GPU is refused.
+        assert lender.lendable(0) is None
+        assert node.taints() == {"gpu-0-lent": CLOSED}
+    # Once the claim is unprepared, an idle GPU nobody holds is lent at once.
+    await _node_observe(node, _sample(None, None, used=0))
+    assert lender.phase(0) is Phase.OPEN
+    assert node.taints() == {}
+    assert len(changed) == 2  # closed at the first sample, opened at the last
+    await node.stop()
+
+
+def test_only_claims_with_a_device_that_does_not_lend_refuse() -> None:
+    both = ClaimRecord(
+        "both",
+        "default",
+        "both",
+        ClaimState.PREPARE_COMPLETED,
+        (*OWNER.devices, *REFUSING.devices),
+    )
+    claims = {c.uid: c for c in (OWNER, BORROWER, REFUSING, both)}
+    assert refusing(claims) == {"refusing", "both"}
+
+
+def test_an_owner_that_lends_beside_one_that_refuses_does_not_open_the_gpu() -> None:
+    clock = Clock()
+    lender = _lender(clock)
+    sample = _sample(0.0, None)
+    records = {c.uid: c for c in (OWNER, REFUSING)}
+    attributed = attribute(sample, records.values(), PODS, POD_OF.__getitem__)
+    for now in (0.0, 100.0):
+        clock.now = now
+        lender.observe(
+            sample, records, attributed, PODS, POD_OF.__getitem__, [0], refusing(records)
+        )
+        assert lender.phase(0) is Phase.CLOSED
 
 
 def test_a_borrower_gets_what_it_was_granted_below_the_owner_and_never_more_than_is_free() -> None:
