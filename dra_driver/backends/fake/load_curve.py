@@ -8,7 +8,9 @@ form kept in the fake state is that text, canonicalised):
 - ``"80"``: a constant percent (``"0"``: the pod never touches its GPU);
 - ``"0:5,20:80"``: steps, ``OFFSET:PERCENT`` with offsets in seconds from when the load starts;
 - ``"daily:peak=80,valley=5,day=120,phase=0.25"``: a cosine between ``valley`` and ``peak``
-  over a compressed day of ``day`` seconds, highest at fraction ``phase`` of the day.
+  over a compressed day of ``day`` seconds, highest at fraction ``phase`` of the day; with
+  ``busy=0.4`` the rise and fall take only that fraction of the day, centred on the peak, and
+  the rest of the day stays at ``valley`` (a service busy in its working hours, idle at night).
 
 Steps count from the load's start because a test wants "busy, then idle after 20 s" whatever
 the hour. The daily curve counts from the epoch instead (wall-clock seconds modulo ``day``), so
@@ -34,11 +36,11 @@ DAILY_PREFIX = "daily:"
 VALID_FORMS = (
     'a percent from 0 to 100 ("80", "12.5"), '
     'steps OFFSET:PERCENT from the load\'s start, offsets in seconds, the first 0 ("0:5,20:80"), '
-    "or daily:peak=PERCENT,valley=PERCENT,day=SECONDS[,phase=FRACTION] "
+    "or daily:peak=PERCENT,valley=PERCENT,day=SECONDS[,phase=FRACTION][,busy=FRACTION] "
     '("daily:peak=80,valley=5,day=120,phase=0.25")'
 )
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
-_DAILY_KEYS = ("peak", "valley", "day", "phase")
+_DAILY_KEYS = ("peak", "valley", "day", "phase", "busy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class DailyWave:
     valley: float
     day_s: float
     phase: float = 0.0
+    busy: float = 1.0
+    """Fraction of the day (0 < busy <= 1) the curve spends above `valley`, centred on `phase`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,10 @@ class LoadCurve:
         return cls(steps=tuple(steps))
 
     @classmethod
-    def daily(cls, peak: float, valley: float, day_s: float, phase: float = 0.0) -> LoadCurve:
-        return cls(steps=(), wave=DailyWave(peak, valley, day_s, phase))
+    def daily(
+        cls, peak: float, valley: float, day_s: float, phase: float = 0.0, busy: float = 1.0
+    ) -> LoadCurve:
+        return cls(steps=(), wave=DailyWave(peak, valley, day_s, phase, busy))
 
     @classmethod
     def parse(cls, text: str) -> LoadCurve:
@@ -135,7 +141,11 @@ class LoadCurve:
         wave = self.wave
         if wave is not None:
             position = math.fmod(now_epoch_s, wave.day_s) / wave.day_s
-            height = (1 + math.cos(2 * math.pi * (position - wave.phase))) / 2
+            # Distance from the peak, in fractions of the day, the short way round.
+            away = math.fmod(position - wave.phase + 1.5, 1.0) - 0.5
+            if abs(away) >= wave.busy / 2:
+                return wave.valley
+            height = (1 + math.cos(2 * math.pi * away / wave.busy)) / 2
             return wave.valley + (wave.peak - wave.valley) * height
         offsets = [offset for offset, _ in self.steps]
         index = bisect.bisect_right(offsets, now_epoch_s - started_epoch_s) - 1
@@ -145,9 +155,10 @@ class LoadCurve:
         """The canonical text of the curve; `parse` reads it back to an equal curve."""
         wave = self.wave
         if wave is not None:
+            busy = "" if wave.busy == 1 else f",busy={_text(wave.busy)}"
             return (
                 f"{DAILY_PREFIX}peak={_text(wave.peak)},valley={_text(wave.valley)},"
-                f"day={_text(wave.day_s)},phase={_text(wave.phase)}"
+                f"day={_text(wave.day_s)},phase={_text(wave.phase)}{busy}"
             )
         if self.is_constant:
             return _text(self.steps[0][1])
@@ -185,7 +196,13 @@ def _parse_daily(text: str) -> LoadCurve:
     missing = [key for key in ("peak", "valley", "day") if key not in values]
     if missing:
         raise ValueError(f"daily curve lacks {', '.join(missing)}")
-    return LoadCurve.daily(values["peak"], values["valley"], values["day"], values.get("phase", 0))
+    return LoadCurve.daily(
+        values["peak"],
+        values["valley"],
+        values["day"],
+        values.get("phase", 0),
+        values.get("busy", 1),
+    )
 
 
 def _number(text: str, what: str) -> float:
@@ -220,7 +237,12 @@ def _checked_wave(wave: DailyWave) -> DailyWave:
         raise ValueError(
             f"phase must be a fraction of the day, from 0 to below 1, got {_text(phase)}"
         )
-    return DailyWave(peak, valley, day_s, phase)
+    busy = _finite(wave.busy, "busy")
+    if not 0 < busy <= 1:
+        raise ValueError(
+            f"busy must be a fraction of the day above 0 and up to 1, got {_text(busy)}"
+        )
+    return DailyWave(peak, valley, day_s, phase, busy)
 
 
 def _text(value: float) -> str:

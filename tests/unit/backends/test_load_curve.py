@@ -237,3 +237,29 @@ def test_the_wire_form_of_a_value_is_the_value_made_canonical() -> None:
     assert LoadCurve.parse("daily:valley=5,day=120,peak=80").to_wire() == (
         "daily:peak=80,valley=5,day=120,phase=0"
     )
+
+
+def test_a_daily_curve_busy_part_of_the_day_stays_at_its_valley_the_rest() -> None:
+    curve = LoadCurve.parse("daily:peak=80,valley=5,day=100,phase=0.5,busy=0.4")
+    assert curve.to_wire() == "daily:peak=80,valley=5,day=100,phase=0.5,busy=0.4"
+    at = 1_000_000.0  # a multiple of the day: position 0
+    assert curve.percent_at(at + 50, 0) == pytest.approx(80)  # the peak, at phase 0.5
+    assert curve.percent_at(at + 40, 0) == pytest.approx(5 + 75 / 2)  # a quarter of busy away
+    assert curve.percent_at(at + 30, 0) == pytest.approx(5)  # the edge of the busy part
+    assert curve.percent_at(at + 10, 0) == 5  # outside it: the valley
+    assert curve.percent_at(at + 95, 0) == 5
+    # A busy part that wraps round the day's start.
+    wrapped = LoadCurve.daily(80, 5, 100, phase=0.0, busy=0.4)
+    assert wrapped.percent_at(at + 95, 0) > 5
+    assert wrapped.percent_at(at + 50, 0) == 5
+    # busy=1 is the whole-day cosine.
+    whole = LoadCurve.daily(80, 5, 100, phase=0.5)
+    assert LoadCurve.daily(80, 5, 100, 0.5, busy=1).percent_at(at + 20, 0) == pytest.approx(
+        whole.percent_at(at + 20, 0)
+    )
+
+
+@pytest.mark.parametrize("busy", ["0", "1.5"])
+def test_a_busy_fraction_outside_the_day_is_refused(busy: str) -> None:
+    with pytest.raises(ValueError, match=r"busy must be a fraction of the day above 0 and up to 1"):
+        LoadCurve.parse(f"daily:peak=80,valley=5,day=100,busy={busy}")
