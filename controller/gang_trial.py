@@ -16,7 +16,8 @@ from controller.decide import no_room
 from controller.informer import Key, Obj, key_of
 from controller.view import ClusterView, allocation_of
 from dra_driver.allocator.result import allocation_node
-from dra_driver.queues import ZERO, Amounts, Ledger, Running, allocation_amounts
+from dra_driver.queues import ZERO, Amounts, Ledger, Running
+from dra_driver.queues.amounts import allocation_amounts
 from dra_driver.queues.gang_reclaim import gang_admissible
 
 

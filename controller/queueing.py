@@ -63,10 +63,9 @@ from dra_driver.queues import (
     QueueTree,
     Running,
     Unit,
-    allocation_amounts,
-    capacity,
     choose_victims,
 )
+from dra_driver.queues.amounts import allocation_amounts, capacity
 from dra_driver.queues.gang_reclaim import GangVictims, choose_gang_victims
 from dra_driver.queues.reclaim import BorrowedUnits, choose_reclaim
 from dra_driver.queues.spec import format_gpu, pod_priority

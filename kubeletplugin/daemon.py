@@ -38,6 +38,7 @@ from dra_driver.slices.builder import lendable_memory
 from kubeletplugin.health import HealthMonitor
 from kubeletplugin.lending.lender import Lender, LendingSettings
 from kubeletplugin.lending.node import NodeLending
+from kubeletplugin.lending.queues import ApiQueues, QueueLending
 from kubeletplugin.metrics import MetricsEndpoint, PluginMetrics
 from kubeletplugin.mps.daemon import DEFAULT_MPS_CONTROL, MpsControl
 from kubeletplugin.mps.manager import MpsManager
@@ -285,6 +286,8 @@ class PluginDaemon:
             config.telemetry_interval_s,
             self._taints_changed,
             COMPONENT,
+            # Only a node that lends reads GpuQueues: the one thing it needs them for.
+            QueueLending(ApiQueues(self.api)),
         )
 
     def _taints_changed(self) -> None:

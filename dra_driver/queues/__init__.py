@@ -2,14 +2,19 @@
 
 Pure logic over numbers, shared by the controller (which admits gated pods in this order and
 evicts for reclaim) and `dra-driver simulate` (which replays a workload with the same rules).
+
+What allocations amount to (`dra_driver.queues.amounts`) is imported from its module, not from
+here: it reads the allocator's types, and the kubelet plugin, which reads GpuQueues only to learn
+which of them refuse to lend, never loads the allocator.
 """
 
-from dra_driver.queues.amounts import allocation_amounts, capacity, device_amounts
 from dra_driver.queues.fairness import Ledger
 from dra_driver.queues.reclaim import Running, Unit, borrowed_units, choose_victims
 from dra_driver.queues.spec import (
     GROUP,
     KIND,
+    LENDING_ALLOWED,
+    LENDING_NEVER,
     PLURAL,
     RECLAIM_BORROWED,
     RECLAIM_NEVER,
@@ -27,6 +32,8 @@ __all__ = [
     "DEFAULT_QUEUE",
     "GROUP",
     "KIND",
+    "LENDING_ALLOWED",
+    "LENDING_NEVER",
     "PLURAL",
     "RECLAIM_BORROWED",
     "RECLAIM_NEVER",
@@ -40,10 +47,7 @@ __all__ = [
     "QueueTree",
     "Running",
     "Unit",
-    "allocation_amounts",
     "borrowed_units",
-    "capacity",
     "choose_victims",
-    "device_amounts",
     "parse_queue",
 ]

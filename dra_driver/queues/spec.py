@@ -28,6 +28,8 @@ KIND: Final = "GpuQueue"
 RESOURCES: Final = ("gpu", "memory")
 RECLAIM_BORROWED: Final = "Borrowed"
 RECLAIM_NEVER: Final = "Never"
+LENDING_ALLOWED: Final = "Allowed"
+LENDING_NEVER: Final = "Never"
 MAX_WEIGHT: Final = 10_000
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
@@ -131,6 +133,10 @@ class QueueSpec:
     idle_reclaim_after_s: float | None = None
     """`spec.idleReclaim.after` in seconds: pods whose devices have all been idle this long may
     be evicted for other queues' waiting pods even within the guarantee (None: never)."""
+    lending: str = LENDING_ALLOWED
+    """`spec.lending`: Never keeps the GPUs of this queue's pods, and of every queue below it,
+    closed to best-effort borrowers however long they idle (the kubelet plugins read it; the
+    controller does not)."""
 
 
 def parse_queue(obj: Mapping[str, Any]) -> QueueSpec:
@@ -176,6 +182,9 @@ def parse_queue(obj: Mapping[str, Any]) -> QueueSpec:
     if reclaim not in (RECLAIM_BORROWED, RECLAIM_NEVER):
         raise bad("reclaim", f"must be {RECLAIM_BORROWED} or {RECLAIM_NEVER}, got {reclaim!r}")
     idle_after = _idle_reclaim(spec.get("idleReclaim"), bad)
+    lending = spec.get("lending", LENDING_ALLOWED)
+    if lending not in (LENDING_ALLOWED, LENDING_NEVER):
+        raise bad("lending", f"must be {LENDING_ALLOWED} or {LENDING_NEVER}, got {lending!r}")
     return QueueSpec(
         name=name,
         namespaces=tuple(namespaces),
@@ -186,6 +195,7 @@ def parse_queue(obj: Mapping[str, Any]) -> QueueSpec:
         reclaim=str(reclaim),
         created=str(meta.get("creationTimestamp") or ""),
         idle_reclaim_after_s=idle_after,
+        lending=str(lending),
     )
 
 

@@ -49,10 +49,9 @@ from dra_driver.queues import (
     Ledger,
     QueueTree,
     Running,
-    allocation_amounts,
     borrowed_units,
-    capacity,
 )
+from dra_driver.queues.amounts import allocation_amounts, capacity
 from dra_driver.queues.gang_reclaim import choose_gang_victims, gang_admissible
 from dra_driver.queues.reclaim import BorrowedUnits, choose_reclaim
 from dra_driver.queues.spec import pod_priority

@@ -5,8 +5,8 @@ Each GPU that publishes a lent share is in one of three phases, decided anew at 
 - open: nobody holds the GPU, or every owner's device has stayed below the busy threshold for
   `lend_after_s`; the lent share carries no taint and borrowers may be placed there;
 - closed: an owner is idle but not yet long enough, or refuses to lend (`lending: Never` in its
-  claim's GpuConfig); the lent share carries a NoSchedule taint, so no new borrower comes, and
-  those already there stay;
+  claim's GpuConfig, or in its namespace's GpuQueue); the lent share carries a NoSchedule taint,
+  so no new borrower comes, and those already there stay;
 - busy: an owner's device is at or above the threshold (or cannot be read, which never counts
   as idle), or the GPU's free memory fell below half the headroom while borrowers hold memory
   on it; the lent share carries a NoExecute taint, so Kubernetes' device-taint eviction removes

@@ -26,6 +26,7 @@ from dra_driver.backends.usage import UsageSample
 from dra_driver.checkpoint.model import ClaimRecord
 from dra_driver.events import post_event
 from kubeletplugin.lending.lender import Lender, Phase, TakeBack
+from kubeletplugin.lending.queues import QueueLending
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.telemetry.attribution import Attribution, ClaimPods
 
@@ -57,8 +58,11 @@ class NodeLending:
         interval_s: float,
         changed: Callable[[], None],
         component: str,
+        queues: QueueLending | None = None,
     ) -> None:
         self.lender = lender
+        # GpuQueues that refuse to lend (kubeletplugin/lending/queues.py); None: none is read.
+        self._queues = queues
         self._backend = backend
         self._api = api
         self._metrics = metrics
@@ -83,8 +87,12 @@ class NodeLending:
         pod_of: Callable[[int], Any],
     ) -> None:
         self._uuids = {g.minor: g.uuid for g in sample.gpus}
+        refused = refusing(claims)
+        if self._queues is not None:
+            self._queues.refresh(claims)
+            refused |= self._queues.refusing(claims)
         take_backs = self.lender.observe(
-            sample, claims, attributed, pods, pod_of, self.lent_minors, refusing(claims)
+            sample, claims, attributed, pods, pod_of, self.lent_minors, refused
         )
         taints = self.taints()
         if taints != self._taints:
@@ -172,6 +180,8 @@ class NodeLending:
         )
 
     async def stop(self) -> None:
+        if self._queues is not None:
+            await self._queues.stop()
         tasks: Sequence[asyncio.Task[None]] = list(self._taking.values())
         for task in tasks:
             task.cancel()

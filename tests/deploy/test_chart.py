@@ -355,6 +355,16 @@ def test_the_gpuqueue_crd_is_structural_and_its_rules_compile() -> None:
     ]
 
 
+def test_the_gpuqueue_crd_takes_the_lending_values_the_plugin_reads() -> None:
+    """The schema refuses what `parse_queue` would refuse, and defaults to what it assumes."""
+    from dra_driver.queues import LENDING_ALLOWED, LENDING_NEVER
+
+    (version,) = _gpuqueue_crd()["spec"]["versions"]
+    lending = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["lending"]
+    assert lending["enum"] == [LENDING_ALLOWED, LENDING_NEVER]
+    assert lending["default"] == LENDING_ALLOWED
+
+
 def test_the_local_cluster_installs_the_charts_crd_file() -> None:
     from localcluster.crds import bundled_definitions
 

@@ -73,6 +73,7 @@ def test_a_good_queue_gets_its_defaults(custom: client.CustomObjectsApi) -> None
         "limit": {"gpu": "8"},
         "weight": 1,
         "reclaim": "Borrowed",
+        "lending": "Allowed",
     }
     status = {
         "used": {"gpu": "2"},
@@ -108,6 +109,7 @@ SKIPPED = (
         ({"weight": "high"}, "spec.weight", "must be of type integer", True),
         ({"weight": 0}, "spec.weight", "greater than or equal to 1", False),
         ({"reclaim": "Always"}, "spec.reclaim", 'supported values: "Borrowed", "Never"', True),
+        ({"lending": "Always"}, "spec.lending", 'supported values: "Allowed", "Never"', True),
         ({"namespaces": ["a", "a"]}, "spec.namespaces[1]", 'Duplicate value: "a"', False),
         ({"namespaces": ["Bad_Name"]}, "spec.namespaces[0]", "should match", False),
         ({"parent": "-x"}, "spec.parent", "should match", False),

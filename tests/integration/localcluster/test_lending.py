@@ -26,11 +26,11 @@ LEND_AFTER_S = 2.0
 TARGET_S = TELEMETRY_INTERVAL_S + 2.0
 
 
-def _template(name: str, device_class: str) -> dict[str, Any]:
+def _template(name: str, device_class: str, namespace: str = "default") -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "spec": {
                 "devices": {
@@ -41,7 +41,9 @@ def _template(name: str, device_class: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, template: str, load: str, *, gated: bool) -> dict[str, Any]:
+def _pod(
+    name: str, template: str, load: str, *, gated: bool, namespace: str = "default"
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [
             {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "d"}]}}
@@ -55,7 +57,7 @@ def _pod(name: str, template: str, load: str, *, gated: bool) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": "default",
+            "namespace": namespace,
             "annotations": {f"{DRIVER}/fake-utilization": load},
         },
         "spec": spec,
@@ -196,3 +198,92 @@ async def test_a_borrower_runs_while_the_owner_idles_and_goes_when_it_is_busy(
             if d["name"].endswith("-lent")
         ]
         assert [t["effect"] for d in lent for t in d.get("taints") or []] == ["NoExecute"]
+
+
+def _queue(name: str, **spec: Any) -> list[dict[str, Any]]:
+    """A namespace and the GpuQueue that names it."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        {
+            "apiVersion": "gpu.dra-driver.dev/v1alpha1",
+            "kind": "GpuQueue",
+            "metadata": {"name": name},
+            "spec": {"namespaces": [name], **spec},
+        },
+    ]
+
+
+async def test_a_queue_that_refuses_to_lend_keeps_its_idle_owners_gpu_from_borrowers(
+    tmp_path: Path,
+) -> None:
+    """Two idle owners on one node, each in its own queue's namespace: the GPU of the one whose
+    GpuQueue says `lending: Never` keeps its NoSchedule taint, the other's opens, and a borrower
+    goes there."""
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text("gpus:\n  - profile: H100-SXM5-80GB\n    count: 2\n    migEnabled: false\n")
+    async with LocalCluster(nodes=1, gpus=str(gpus), lend_after=LEND_AFTER_S) as cluster:
+        await cluster.wait_registered()
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        objects = client.CustomObjectsApi(cluster.api)
+        cluster.apply(
+            [
+                *device_classes(DRIVER),
+                *_queue("private", lending="Never"),
+                *_queue("shared"),
+                _template("whole", "gpu.dra-driver.dev", "private"),
+                _template("whole", "gpu.dra-driver.dev", "shared"),
+                _template("borrowed", "gpu-opportunistic.dra-driver.dev"),
+            ]
+        )
+
+        def running(name: str, namespace: str) -> bool:
+            return core.read_namespaced_pod(name, namespace).status.phase == "Running"
+
+        def device(pod: str, namespace: str) -> str:
+            (status,) = core.read_namespaced_pod(pod, namespace).status.resource_claim_statuses
+            found: Any = objects.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", namespace, "resourceclaims", status.resource_claim_name
+            )
+            (result,) = found["status"]["allocation"]["devices"]["results"]
+            return str(result["device"])
+
+        def taints() -> dict[str, list[str]]:
+            listed: Any = objects.list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices"
+            )
+            return {
+                d["name"]: [f"{t['key']}={t['value']}:{t['effect']}" for t in d.get("taints") or []]
+                for s in listed["items"]
+                for d in s["spec"].get("devices") or []
+                if d["name"].endswith("-lent")
+            }
+
+        # The refusing owner first: left to itself its GPU would open no later than the other's.
+        for namespace in ("private", "shared"):
+            cluster.apply([_pod("owner", "whole", "0", gated=False, namespace=namespace)])
+            await eventually(
+                lambda namespace=namespace: running("owner", namespace),
+                f"the owner in {namespace} to run",
+                timeout=60,
+                in_thread=True,
+            )
+        private = f"{device('owner', 'private')}-lent"
+        shared = f"{device('owner', 'shared')}-lent"
+        await eventually(
+            lambda: taints()[shared] == [],
+            f"{shared}, of the idle owner whose queue lends, to open",
+            timeout=2 * LEND_AFTER_S + 3 * TELEMETRY_INTERVAL_S + 5,
+            in_thread=True,
+        )
+        closed = [f"{DRIVER}/lending=closed:NoSchedule"]
+        assert taints()[private] == closed
+        cluster.apply([_pod("borrower", "borrowed", "60", gated=False)])
+        await eventually(
+            lambda: running("borrower", "default"),
+            "the borrower to run",
+            timeout=60,
+            in_thread=True,
+        )
+        assert device("borrower", "default") == shared
+        assert taints()[private] == closed

@@ -10,7 +10,8 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.allocator import ClusterSnapshot
 from dra_driver.allocator.errors import InputError
 from dra_driver.backends.fake import FakeBackend
-from dra_driver.queues import Amounts, allocation_amounts, capacity, device_amounts
+from dra_driver.queues import Amounts
+from dra_driver.queues.amounts import allocation_amounts, capacity, device_amounts
 from dra_driver.slices import SliceSettings, build_resource_slices
 
 DRIVER = DEFAULT_DRIVER_NAME

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from dra_driver.queues import (
+    LENDING_ALLOWED,
+    LENDING_NEVER,
     RECLAIM_BORROWED,
     RECLAIM_NEVER,
     Amounts,
@@ -33,13 +35,14 @@ def test_a_full_spec_is_read_into_numbers() -> None:
                 "limit": {"gpu": 4.5, "memory": "160Gi"},
                 "weight": 3,
                 "reclaim": RECLAIM_NEVER,
+                "lending": LENDING_NEVER,
             }
         )
     )
     assert spec.name == "team" and spec.namespaces == ("a", "b-2") and spec.parent == "org"
     assert (spec.guaranteed.gpu, spec.guaranteed.memory) == (2.0, 80 * GI)
     assert (spec.limit.gpu, spec.limit.memory) == (4.5, 160 * GI)
-    assert spec.weight == 3.0 and spec.reclaim == RECLAIM_NEVER
+    assert spec.weight == 3.0 and spec.reclaim == RECLAIM_NEVER and spec.lending == LENDING_NEVER
     assert spec.created == "2025-01-02T03:04:05Z" and not spec.last
 
 
@@ -47,6 +50,7 @@ def test_an_empty_spec_has_no_bounds_weight_one_and_reclaims_borrowed() -> None:
     spec = parse_queue(obj(None))
     assert spec.guaranteed.is_empty() and spec.limit.is_empty()
     assert spec.weight == 1.0 and spec.reclaim == RECLAIM_BORROWED and spec.parent is None
+    assert spec.lending == LENDING_ALLOWED
 
 
 @pytest.mark.parametrize(
@@ -94,6 +98,9 @@ def test_an_empty_spec_has_no_bounds_weight_one_and_reclaims_borrowed() -> None:
         ({"weight": 10_001}, "spec.weight", "must be above 0 and at most 10000"),
         ({"weight": float("nan")}, "spec.weight", "must be above 0"),
         ({"reclaim": "Sometimes"}, "spec.reclaim", "must be Borrowed or Never, got 'Sometimes'"),
+        ({"lending": "Always"}, "spec.lending", "must be Allowed or Never, got 'Always'"),
+        ({"lending": False}, "spec.lending", "must be Allowed or Never, got False"),
+        ({"lending": None}, "spec.lending", "must be Allowed or Never, got None"),
     ],
 )
 def test_every_bad_field_is_named_with_the_queue(spec: Any, field: str, says: str) -> None:
