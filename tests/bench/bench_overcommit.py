@@ -27,8 +27,8 @@ owner runs. Reported per mode:
   over the run (never below zero);
 - allocation violations: the independent checker over every claim, every `--check` seconds,
   counting what it finds on allocations it sees for the first time (a device double-booked
-  shows there; a taint the plugin adds after an allocation does not make that allocation
-  wrong).
+  shows there); a taint counts only if the previous look's slices had it too, since one the
+  plugin adds after an allocation does not make that allocation wrong.
 """
 
 from __future__ import annotations
@@ -229,6 +229,7 @@ async def run_mode(lending: bool, args: argparse.Namespace, workdir: Path) -> di
         started = last = time.time()
         last_check = 0.0
         checked: set[str] = set()
+        previous_slices: list[Any] = []
         end = started + args.days * args.day
         while (now := time.time()) < end:
             dt = now - last
@@ -326,12 +327,30 @@ async def run_mode(lending: bool, args: argparse.Namespace, workdir: Path) -> di
                     listed_objects["deviceclasses"],
                     listed_objects["resourceclaims"],
                 )
+                # A taint counts only if it was there at the previous look too, before the
+                # allocation appeared: one the plugin adds after it does not make it wrong.
+                before = {
+                    (v.claim, v.message)
+                    for v in check_allocations(
+                        previous_slices,
+                        listed_objects["deviceclasses"],
+                        listed_objects["resourceclaims"],
+                    )
+                    if v.rule == "taint"
+                }
+                previous_slices = listed_objects["resourceslices"]
                 for violation in found:
-                    if violation.claim is None or violation.claim in fresh:
-                        figures.violations += 1
-                        figures.violation_texts.append(
-                            f"{violation.claim}: {violation.rule}: {violation.message}"
-                        )
+                    if violation.claim is not None and violation.claim not in fresh:
+                        continue
+                    if (
+                        violation.rule == "taint"
+                        and (violation.claim, violation.message) not in before
+                    ):
+                        continue
+                    figures.violations += 1
+                    figures.violation_texts.append(
+                        f"{violation.claim}: {violation.rule}: {violation.message}"
+                    )
             if verbose:
                 elapsed = now - started
                 print(
