@@ -73,10 +73,14 @@ class NodeLending:
         self.lent_minors: tuple[int, ...] = ()
         self._uuids: dict[int, str] = {}
         self._taking: dict[int, asyncio.Task[None]] = {}
-        self._taints: dict[str, list[dict[str, str]]] = {}
+        self._published: dict[str, list[dict[str, str]]] = {}
 
     def taints(self) -> dict[str, list[dict[str, str]]]:
-        return self.lender.taints(self.lent_minors)
+        """The lent shares' taints for a publication; what it publishes is what later samples
+        compare with, so a GPU that opens at the first sample (nobody holds it) is published
+        open too."""
+        self._published = self.lender.taints(self.lent_minors)
+        return self._published
 
     async def __call__(
         self,
@@ -94,9 +98,7 @@ class NodeLending:
         take_backs = self.lender.observe(
             sample, claims, attributed, pods, pod_of, self.lent_minors, refused
         )
-        taints = self.taints()
-        if taints != self._taints:
-            self._taints = taints
+        if self.lender.taints(self.lent_minors) != self._published:
             self._changed()
         self._account(attributed, claims)
         for take in take_backs:

@@ -270,13 +270,21 @@ async def test_a_queue_that_refuses_to_lend_keeps_its_idle_owners_gpu_from_borro
             )
         private = f"{device('owner', 'private')}-lent"
         shared = f"{device('owner', 'shared')}-lent"
+        closed = [f"{DRIVER}/lending=closed:NoSchedule"]
+        # Open while nobody held them; closed once a sample finds both owners (neither has
+        # idled long enough yet).
+        await eventually(
+            lambda: taints()[private] == closed and taints()[shared] == closed,
+            "both lent shares closed once the owners are seen",
+            timeout=10 * TELEMETRY_INTERVAL_S,
+            in_thread=True,
+        )
         await eventually(
             lambda: taints()[shared] == [],
             f"{shared}, of the idle owner whose queue lends, to open",
             timeout=2 * LEND_AFTER_S + 3 * TELEMETRY_INTERVAL_S + 5,
             in_thread=True,
         )
-        closed = [f"{DRIVER}/lending=closed:NoSchedule"]
         assert taints()[private] == closed
         cluster.apply([_pod("borrower", "borrowed", "60", gated=False)])
         await eventually(
@@ -287,3 +295,44 @@ async def test_a_queue_that_refuses_to_lend_keeps_its_idle_owners_gpu_from_borro
         )
         assert device("borrower", "default") == shared
         assert taints()[private] == closed
+
+
+async def test_a_borrower_asking_for_more_memory_than_any_gpu_lends_is_told_so(
+    tmp_path: Path,
+) -> None:
+    """The lent share offers the GPU's memory less the headroom (4 GiB by default): a borrower
+    asking for more fits no device, waits with a reason, and nothing is allocated."""
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text("gpus:\n  - profile: H100-SXM5-80GB\n    count: 1\n    migEnabled: false\n")
+    async with LocalCluster(nodes=1, gpus=str(gpus), lend_after=LEND_AFTER_S) as cluster:
+        await cluster.wait_registered()
+        assert cluster.api is not None
+        core = client.CoreV1Api(cluster.api)
+        objects = client.CustomObjectsApi(cluster.api)
+        template = _template("greedy", "gpu-opportunistic.dra-driver.dev")
+        request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        request["capacity"] = {"requests": {"memory": "78Gi"}}
+        cluster.apply(
+            [*device_classes(DRIVER), template, _pod("greedy", "greedy", "50", gated=True)]
+        )
+
+        def reason() -> str:
+            conditions = core.read_namespaced_pod("greedy", "default").status.conditions or []
+            return next(
+                (
+                    c.message or ""
+                    for c in conditions
+                    if c.type == f"{DRIVER}/DevicesAllocated" and c.status == "False"
+                ),
+                "",
+            )
+
+        # Closed until the first sample finds nobody holding the GPU; then too small for it.
+        await eventually(
+            lambda: "memory" in reason(), "the borrower told that memory is short", in_thread=True
+        )
+        claims = objects.list_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims"
+        )
+        assert all(not (c.get("status") or {}).get("allocation") for c in claims["items"])
+        assert core.read_namespaced_pod("greedy", "default").spec.scheduling_gates
