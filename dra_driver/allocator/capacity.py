@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dra_driver.allocator.devices import CapacityRule, Device
-from dra_driver.allocator.quantities import Number
+from dra_driver.allocator.quantities import Number, format_amount
 
 
 def qualified(name: str, driver: str) -> str:
@@ -53,6 +53,27 @@ def share_demand(device: Device, requests: Mapping[str, Number]) -> dict[str, Nu
             return None
         demand[name] = amount_rounded
     return demand
+
+
+def unservable(device: Device, requests: Mapping[str, Number]) -> str | None:
+    """Why no share of `device` could ever serve these requests, naming the capacity (a request
+    beyond its policy, or for a capacity it lacks); None when one could, room aside. It tells a
+    user to ask for less, where "no capacity left" would tell them to wait."""
+    for name, amount in requests.items():
+        full = qualified(name, device.driver)
+        short = full.rsplit("/", 1)[-1]
+        rule = device.capacity.get(full)
+        if rule is None:
+            return f"without {short} capacity"
+        if rounded(rule, amount) is None:
+            top = max(rule.valid_values) if rule.valid_values else rule.maximum
+            if top is None:
+                top = rule.value
+            return (
+                f"giving one claim at most {format_amount(top)} of {short} "
+                f"(asked {format_amount(amount)})"
+            )
+    return None
 
 
 def large_enough(device: Device, requests: Mapping[str, Number]) -> bool:

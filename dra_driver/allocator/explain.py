@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dra_driver.allocator.capacity import large_enough, share_demand
+from dra_driver.allocator.capacity import large_enough, share_demand, unservable
 from dra_driver.allocator.claims import ALL, Alternative, ClaimPlan
 from dra_driver.allocator.search import CandidateIndex, SearchState, untolerated_taint
 from dra_driver.allocator.snapshot import ClusterSnapshot
@@ -28,6 +28,9 @@ IN_USE = "already allocated"
 TAINTED = "tainted without a matching toleration"
 CAPACITY = "without enough capacity left"
 COUNTERS = "blocked by shared counters (another device of the same GPU is in use)"
+_NOT_MATCHING = frozenset({CLASS_SELECTOR, REQUEST_SELECTOR, SELECTOR_ERROR})
+"""Reasons a device is not one the request asks for at all; every other reason blocks a
+device it does ask for (an `All` request then cannot be served)."""
 
 
 @dataclass(slots=True)
@@ -96,7 +99,9 @@ def _report(state: SearchState, plan: ClaimPlan, alt: Alternative, claim: int) -
             report.rejected[TAINTED] += 1
         elif device.allow_multiple:
             share = share_demand(device, alt.capacity)
-            if share is None or not state.share_fits(device, share):
+            if share is None:
+                report.rejected[unservable(device, alt.capacity) or CAPACITY] += 1
+            elif not state.share_fits(device, share):
                 report.rejected[CAPACITY] += 1
             elif not state.usage.in_use(device) and not state.counters_fit(device):
                 report.rejected[COUNTERS] += 1
@@ -126,7 +131,7 @@ def explain_node(
                 reports.append(report)
                 if alt.mode == ALL:
                     blocked = sum(
-                        report.rejected[why] for why in (IN_USE, TAINTED, CAPACITY, COUNTERS)
+                        n for why, n in report.rejected.items() if why not in _NOT_MATCHING
                     )
                     fits_alone |= report.usable > 0 and not blocked
                 else:

@@ -57,6 +57,26 @@ def test_each_device_is_counted_under_its_first_reason() -> None:
     assert "1 without enough capacity left" in line
 
 
+def test_a_share_asked_beyond_its_policy_is_told_apart_from_one_without_room_left() -> None:
+    """Asking more than any one claim may have is a request to fix, not a wait for room."""
+
+    def share(name: str, top: str) -> Obj:
+        policy = {"default": "1Gi", "validRange": {"min": "1Gi", "max": top, "step": "1Gi"}}
+        return dev(
+            name,
+            allowMultipleAllocations=True,
+            capacity={"memory": {"value": "80Gi", "requestPolicy": policy}},
+        )
+
+    slices = [slice_("s", [share("small", "8Gi"), share("large", "76Gi")])]
+    c = claim("c", request("r", exactly("gpu", 1, capacity={"requests": {"memory": "78Gi"}})))
+    (line,) = explain(slices, c)
+    assert "2 giving one claim at most" not in line  # each device is named by its own limit
+    assert "1 giving one claim at most 8Gi of memory (asked 78Gi)" in line
+    assert "1 giving one claim at most 76Gi of memory (asked 78Gi)" in line
+    assert "capacity left" not in line
+
+
 def test_requests_that_fit_alone_but_not_together_name_the_constraint() -> None:
     slices = [slice_("s", [dev("a", numa=0), dev("b", numa=1)])]
     c = claim(
