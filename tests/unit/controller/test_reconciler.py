@@ -418,13 +418,24 @@ async def test_a_pod_that_cannot_be_allocated_is_reported_once_and_retried_on_ch
             lambda: daemon.view.pods[("default", "p")].get("status", {}).get("conditions"),
             what="the condition in the view",
         )
+        generation = daemon.view.generation
         await daemon.reconciler.run_pass()
         await daemon.reconciler.drain()
-        assert failures(daemon) == 2
-        assert len(cluster.events_for("p")) == 1
+        assert failures(daemon) == 2, (
+            f"second pass: view generation {generation} -> {daemon.view.generation}, "
+            f"waiting {daemon.reconciler.state.waiting}"
+        )
+        assert len(cluster.events_for("p")) == 1, cluster.events_for("p")
         # Nothing changed since: the pod waits without being decided again.
+        generation = daemon.view.generation
+        pod_version = daemon.view.pods[("default", "p")]["metadata"]["resourceVersion"]
         await daemon.reconciler.run_pass()
-        assert failures(daemon) == 2
+        assert failures(daemon) == 2, (
+            f"third pass decided again: view generation {generation} -> "
+            f"{daemon.view.generation}, pod resourceVersion {pod_version} -> "
+            f"{daemon.view.pods[('default', 'p')]['metadata']['resourceVersion']}, "
+            f"conditions {daemon.view.pods[('default', 'p')].get('status', {}).get('conditions')}"
+        )
 
 
 async def test_a_pod_allocated_after_waiting_gets_its_condition_turned_true(
