@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dra_driver.cli import common_flags
 from dra_driver.cli.flags import add_flags
+from dra_driver.slices.names import gpu_of
 
 if TYPE_CHECKING:
     from dra_driver.cli.claim_idleness import HeldDevice
@@ -40,9 +40,6 @@ LENDING_HEADER = ("LENDING",)
 
 LENT = "lent"
 BORROWED = "borrowed"
-# dra_driver/slices/names.py: every device of GPU N is `gpu-N` or `gpu-N-<kind>...`; the lent
-# share is the one a borrower holds, every other kind is an owner's.
-_GPU_DEVICE = re.compile(r"gpu-(\d+)(?:-(lent|shared|ts-\d+|mig-[a-z0-9-]+))?")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,15 +131,6 @@ def usage_rows(
     return rows
 
 
-def _gpu_of(device: str) -> tuple[int, bool] | None:
-    """The GPU minor a device name of the driver belongs to, and whether it is the lent share;
-    None for a name that is no GPU's (never lent, never borrowed)."""
-    match = _GPU_DEVICE.fullmatch(device)
-    if match is None:
-        return None
-    return int(match.group(1)), match.group(2) == "lent"
-
-
 def lending_by_device(
     devices: Sequence[HeldDevice],
 ) -> dict[tuple[str, str, str, str], dict[str, Any]]:
@@ -157,7 +145,7 @@ def lending_by_device(
     owners: dict[tuple[str, int], set[str]] = {}
     borrowers: dict[tuple[str, int], set[str]] = {}
     for device in devices:
-        gpu = _gpu_of(device.device)
+        gpu = gpu_of(device.device)
         if gpu is None:
             continue
         minor, lent_share = gpu
@@ -165,7 +153,7 @@ def lending_by_device(
         side.setdefault((device.pool, minor), set()).add(f"{device.namespace}/{device.claim}")
     found: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for device in devices:
-        gpu = _gpu_of(device.device)
+        gpu = gpu_of(device.device)
         if gpu is None or (device.pool, gpu[0]) not in borrowers:
             continue
         minor, lent_share = gpu

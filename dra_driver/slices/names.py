@@ -7,6 +7,7 @@ from stable facts (minor number, profile, placement) and never from NVML's enume
 from __future__ import annotations
 
 import hashlib
+import re
 
 from dra_driver.inventory.model import MigDevice, MigProfile
 
@@ -35,6 +36,18 @@ def fractional_share(minor: int) -> str:
 
 def lent_share(minor: int) -> str:
     return f"gpu-{minor}-lent"
+
+
+_GPU_DEVICE = re.compile(r"gpu-(\d+)(?:-(lent|shared|ts-\d+|mig-[a-z0-9-]+))?")
+
+
+def gpu_of(device: str) -> tuple[int, bool] | None:
+    """The minor of the GPU a device name above belongs to, and whether the device is its lent
+    share; None for a name that is no GPU's."""
+    match = _GPU_DEVICE.fullmatch(device)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2) == "lent"
 
 
 def counter_set(minor: int) -> str:

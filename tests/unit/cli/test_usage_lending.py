@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 import pytest
 
 from dra_driver.cli.claim_idleness import UNKNOWN, HeldDevice
-from dra_driver.cli.usage import _gpu_of, lending_by_device, render_table, usage_rows
+from dra_driver.cli.usage import lending_by_device, render_table, usage_rows
 from dra_driver.inventory.model import MigDevice, MigPlacement
 from dra_driver.inventory.products import known_products
 from dra_driver.slices import names
+from dra_driver.slices.names import gpu_of
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -44,13 +45,13 @@ def test_every_published_name_belongs_to_its_gpu_and_only_the_lent_share_borrows
     owners = _owner_names(minor)
     assert len(owners) > 5
     for name in owners:
-        assert _gpu_of(name) == (minor, False), name
-    assert _gpu_of(names.lent_share(minor)) == (minor, True)
+        assert gpu_of(name) == (minor, False), name
+    assert gpu_of(names.lent_share(minor)) == (minor, True)
 
 
 @pytest.mark.parametrize("name", ["gpu", "gpu-", "gpu-x", "gpu-1-lentx", "gpu-1-ts-", "nic-0"])
 def test_a_name_that_is_no_gpus_is_neither_owner_nor_borrower(name: str) -> None:
-    assert _gpu_of(name) is None
+    assert gpu_of(name) is None
 
 
 def test_owners_and_borrowers_are_claims_per_gpu_and_pool() -> None:
