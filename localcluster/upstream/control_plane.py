@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import socket
 import ssl
@@ -95,6 +96,20 @@ class Component:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(15)
+
+
+PORT_ATTEMPTS = 3
+_PORT_TAKEN = re.compile(r"listen tcp 127\.0\.0\.1:(\d+): bind: address already in use")
+
+
+def _port_taken(log: Path) -> int | None:
+    """The port a component could not bind, from its log; None when that is not why it failed."""
+    found = _PORT_TAKEN.findall(_tail(log, 50))
+    return int(found[-1]) if found else None
+
+
+def _swap_port(text: str, old: int, new: int) -> str:
+    return re.sub(rf"(?<=[:=]){old}\b", str(new), text)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -323,22 +338,48 @@ class UpstreamControlPlane:
 
         try:
             self.components["etcd"].start()
-            await self._wait_healthy("etcd", f"{etcd_url}/health", tls=False)
+            await self._healthy("etcd", f"{etcd_url}/health", tls=False)
             self.components["kube-apiserver"].start()
-            await self._wait_healthy("kube-apiserver", f"{self.url}/readyz", tls=True)
+            await self._healthy("kube-apiserver", f"{self.url}/readyz", tls=True)
             self.components["kube-controller-manager"].start()
             if self.scheduler:
                 self.components["kube-scheduler"].start()
-            await self._wait_healthy(
+            await self._healthy(
                 "kube-controller-manager", f"https://127.0.0.1:{kcm_port}/healthz", tls=None
             )
             if self.scheduler:
-                await self._wait_healthy(
+                await self._healthy(
                     "kube-scheduler", f"https://127.0.0.1:{sched_port}/readyz", tls=None
                 )
         except BaseException:
             self.stop()
             raise
+
+    async def _healthy(self, name: str, url: str, *, tls: bool | None) -> None:
+        """`_wait_healthy` for a started component, which is started again on another port
+        when the one picked for it was taken before it could bind it: `free_port` only finds
+        a port free at that moment, and the tests beside it open connections all the time, one
+        of which the kernel may give that very port. Every component naming the port (the API
+        server names etcd's) is given the new one."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                await self._wait_healthy(name, url, tls=tls)
+                return
+            except ControlPlaneError:
+                component = self.components[name]
+                taken = _port_taken(component.log_path)
+                if taken is None or attempt == PORT_ATTEMPTS:
+                    raise
+                component.stop()
+                port = free_port()
+                for each in self.components.values():
+                    each.argv = [_swap_port(arg, taken, port) for arg in each.argv]
+                url = _swap_port(url, taken, port)
+                if self.port == taken:  # the API server's: the kubeconfigs written name it
+                    self.port = port
+                    for written in self.workdir.glob("*.kubeconfig"):
+                        written.write_text(_swap_port(written.read_text(), taken, port))
+                component.start()
 
     def _add(self, name: str, argv: list[str]) -> None:
         self.components[name] = Component(name, argv, self.workdir / f"{name}.log")
