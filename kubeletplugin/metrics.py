@@ -111,6 +111,7 @@ class PluginMetrics:
         self.interference = Histogram(
             "dra_gpu_take_back_interference_seconds",
             "From the sample that found a lent GPU's owner busy to no borrower running on it.",
+            ["node", "uuid"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
             registry=self.registry,
         )

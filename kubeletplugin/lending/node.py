@@ -165,7 +165,7 @@ class NodeLending:
                 break
             await asyncio.sleep(CONFIRM_POLL_S)
         seconds = time.monotonic() - take.busy_at
-        self._metrics.interference.observe(seconds)
+        self._metrics.interference.labels(self._node, gpu).observe(seconds)
         log.info("borrowers gone from the GPU", gpu=take.minor, interference_s=round(seconds, 3))
 
     def _event(self, namespace: str, pod: str, reason: str) -> None:
